@@ -1,0 +1,233 @@
+"""Every user input becomes a tensor here, with errors that name the parameter and the fix.
+
+Accepted: NumPy arrays (read-only ones and memmaps too, without a copy where
+the dtype already fits), torch tensors on any device, pandas DataFrames and
+Series, and nested lists. Floating data keeps float64 when given float64 and
+becomes float32 otherwise (the exactness contract is float32 by default).
+
+:func:`output_kind` remembers what the caller passed so results go back in the
+same kind: NumPy in, NumPy out; a (CUDA) tensor in, a tensor on that device out.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = [
+    "check_array",
+    "check_labels",
+    "check_n_neighbors",
+    "check_n_features",
+    "output_kind",
+    "to_output",
+    "OutputKind",
+]
+
+
+@dataclass(frozen=True)
+class OutputKind:
+    """How to hand a result back: as NumPy, or as a torch tensor on ``device``."""
+
+    kind: str  # "numpy" or "torch"
+    device: torch.device | None = None
+
+
+def output_kind(X) -> OutputKind:
+    """Return the :class:`OutputKind` matching the caller's input ``X``."""
+    if isinstance(X, torch.Tensor):
+        return OutputKind("torch", X.device)
+    return OutputKind("numpy")
+
+
+def to_output(tensor: torch.Tensor, kind: OutputKind):
+    """Convert a result tensor to the caller's kind (see :func:`output_kind`)."""
+    if kind.kind == "torch":
+        return tensor.to(kind.device)
+    return tensor.detach().cpu().numpy()
+
+
+def _type_name(X) -> str:
+    return f"{type(X).__module__}.{type(X).__name__}".replace("builtins.", "")
+
+
+def _to_numpy_or_tensor(X, name: str):
+    """Bring any accepted container to a NumPy array or a torch tensor, without copying where possible."""
+    if isinstance(X, torch.Tensor):
+        return X
+    if hasattr(X, "toarray") and hasattr(X, "nnz"):  # scipy.sparse
+        raise TypeError(
+            f"{name}: sparse input ({_type_name(X)}) is not supported; convert it with {name}.toarray()"
+        )
+    if hasattr(X, "to_numpy") and hasattr(X, "dtypes"):  # pandas DataFrame / Series
+        dtypes = list(X.dtypes) if hasattr(X.dtypes, "__iter__") else [X.dtypes]
+        all_float64 = all(str(t) in ("float64", "Float64") for t in dtypes)
+        try:
+            arr = X.to_numpy(dtype=np.float64, na_value=np.nan)
+            return arr if all_float64 else arr.astype(np.float32)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"{name}: the DataFrame has non-numeric columns ({exc}); encode them as numbers "
+                "first (e.g. pandas.get_dummies or an OrdinalEncoder)"
+            ) from None
+    if isinstance(X, np.ndarray):
+        return X
+    try:
+        arr = np.asarray(X)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"{name} could not be read as an array ({exc}); pass a 2-D array with rows of equal length"
+        ) from None
+    # Python floats carry no precision request: lists follow the float32 default
+    return arr.astype(np.float32) if arr.dtype == np.float64 else arr
+
+
+def _numpy_to_float(arr: np.ndarray, name: str, dtype) -> np.ndarray:
+    if np.iscomplexobj(arr):
+        raise ValueError(f"Complex data not supported: {name} is complex; pass real numbers (e.g. {name}.real)")
+    if arr.dtype.kind in "OUS":
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(
+                f"{name} holds non-numeric values ({exc}); encode strings/categories as numbers first"
+            ) from None
+    elif arr.dtype.kind not in "biuf":
+        raise ValueError(f"{name} has dtype {arr.dtype}, which is not numeric; pass numbers")
+    target = dtype or (np.float64 if arr.dtype == np.float64 else np.float32)
+    if arr.dtype != target:
+        arr = arr.astype(target)
+    return arr
+
+
+def check_array(
+    X,
+    *,
+    name: str = "X",
+    dtype: torch.dtype | None = None,
+    ensure_2d: bool = True,
+    allow_empty: bool = False,
+    allow_nan: bool = False,
+) -> torch.Tensor:
+    """Validate ``X`` and return it as a floating torch tensor.
+
+    The tensor stays where the data is (host memory for NumPy/pandas/lists,
+    the input's device for tensors); moving it is the caller's job, so data
+    larger than the GPU can stream in tiles.
+
+    Parameters
+    ----------
+    X : array-like or torch.Tensor
+    name : str
+        The parameter name used in error messages.
+    dtype : torch.float32, torch.float64 or None
+        ``None`` keeps float64 input as float64 and makes everything else float32.
+    ensure_2d : bool
+        Require a 2-D ``(n_samples, n_features)`` input.
+    allow_empty : bool
+        Accept zero rows.
+    allow_nan : bool
+        Accept NaN and infinity.
+
+    Examples
+    --------
+    >>> check_array([[1, 2], [3, 4]]).dtype
+    torch.float32
+    >>> check_array([[float("nan"), 1.0]])
+    Traceback (most recent call last):
+    ...
+    ValueError: X contains NaN or infinity (1 non-finite value(s), first at row 0); remove or impute them (e.g. sklearn.impute.SimpleImputer)
+    """
+    if X is None:
+        raise ValueError(f"{name} is None; pass an array of shape (n_samples, n_features)")
+    data = _to_numpy_or_tensor(X, name)
+    if isinstance(data, np.ndarray):
+        np_dtype = None if dtype is None else {torch.float32: np.float32, torch.float64: np.float64}[dtype]
+        data = _numpy_to_float(data, name, np_dtype)
+        with warnings.catch_warnings():
+            # read-only arrays (memmaps) are wrapped without a copy; gpumine never writes to inputs
+            warnings.simplefilter("ignore", UserWarning)
+            tensor = torch.from_numpy(data) if data.dtype.isnative else torch.from_numpy(data.astype(data.dtype.newbyteorder("=")))
+    else:
+        tensor = data
+        if tensor.is_complex():
+            raise ValueError(f"Complex data not supported: {name} is complex; pass real numbers (e.g. {name}.real)")
+        if tensor.dtype == torch.bool or not (tensor.is_floating_point() or tensor.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)):
+            if tensor.dtype != torch.bool:
+                raise ValueError(f"{name} has dtype {tensor.dtype}, which is not numeric; pass numbers")
+        target = dtype or (torch.float64 if tensor.dtype == torch.float64 else torch.float32)
+        if tensor.dtype != target:
+            tensor = tensor.to(target)
+    if ensure_2d:
+        if tensor.ndim == 1:
+            raise ValueError(
+                f"{name} must be 2-D (n_samples, n_features); got a 1-D array of shape {tuple(tensor.shape)}. "
+                f"Reshape your data with {name}.reshape(-1, 1) for a single feature "
+                f"or {name}.reshape(1, -1) for a single sample"
+            )
+        if tensor.ndim != 2:
+            raise ValueError(
+                f"{name} must be 2-D (n_samples, n_features); got {tensor.ndim}-D of shape {tuple(tensor.shape)}"
+            )
+        if tensor.shape[1] == 0:
+            raise ValueError(f"{name} has 0 feature(s) (shape={tuple(tensor.shape)}) while a minimum of 1 is required.")
+    if tensor.shape[0] == 0 and not allow_empty:
+        raise ValueError(f"{name} is empty: found array with 0 sample(s) (shape {tuple(tensor.shape)}); a minimum of 1 is required")
+    if not allow_nan and tensor.numel():
+        finite = torch.isfinite(tensor)
+        if not bool(finite.all()):
+            bad = (~finite).nonzero()
+            raise ValueError(
+                f"{name} contains NaN or infinity ({bad.shape[0]} non-finite value(s), first at row "
+                f"{int(bad[0, 0])}); remove or impute them (e.g. sklearn.impute.SimpleImputer)"
+            )
+    return tensor
+
+
+def check_labels(y, n_samples: int, *, name: str = "y") -> np.ndarray:
+    """Return ``y`` as a NumPy array of length ``n_samples`` (1-D, or 2-D for several outputs)."""
+    if y is None:
+        raise ValueError(f"This estimator requires y to be passed, but the target y is None; pass {name} with {n_samples} labels")
+    if isinstance(y, torch.Tensor):
+        y = y.detach().cpu().numpy()
+    elif hasattr(y, "to_numpy"):
+        y = y.to_numpy()
+    y = np.asarray(y)
+    if y.ndim == 0 or y.ndim > 2:
+        raise ValueError(f"{name} must be 1-D (n_samples,) or 2-D (n_samples, n_outputs); got shape {y.shape}")
+    if y.shape[0] != n_samples:
+        raise ValueError(
+            f"{name} has {y.shape[0]} labels but X has {n_samples} samples; pass one label per row of X"
+        )
+    if y.dtype.kind == "f" and not np.isfinite(y).all():
+        raise ValueError(f"{name} contains NaN or infinity; remove those rows or impute the target")
+    return y
+
+
+def check_n_neighbors(n_neighbors, n_reference: int, *, name: str = "n_neighbors", excluding_self: bool = False) -> int:
+    """Validate a neighbour count against the size of the reference set."""
+    if isinstance(n_neighbors, bool) or not isinstance(n_neighbors, (int, np.integer)):
+        raise TypeError(f"{name} must be a positive integer; got {n_neighbors!r} of type {type(n_neighbors).__name__}")
+    n_neighbors = int(n_neighbors)
+    if n_neighbors < 1:
+        raise ValueError(f"{name} must be at least 1; got {n_neighbors}")
+    available = n_reference - 1 if excluding_self else n_reference
+    if n_neighbors > available:
+        what = "other points (each query is excluded from its own neighbours)" if excluding_self else "reference points"
+        raise ValueError(
+            f"Expected {name} <= n_samples_fit, but {name} = {n_neighbors}, n_samples_fit = {n_reference}: "
+            f"only {available} {what} exist; lower {name} or add data"
+        )
+    return n_neighbors
+
+
+def check_n_features(X: torch.Tensor, n_features_in: int, estimator_name: str) -> None:
+    """Raise when ``X`` does not have the number of features seen in ``fit``."""
+    if X.shape[1] != n_features_in:
+        raise ValueError(
+            f"X has {X.shape[1]} features, but {estimator_name} is expecting {n_features_in} features "
+            f"as input; pass data with the same columns as in fit"
+        )

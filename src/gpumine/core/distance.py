@@ -1,0 +1,231 @@
+"""Pairwise distances by metric: a fast tile form, an exact per-pair form, and error bounds between them.
+
+Every metric has two ways to score a (query, reference) pair; smaller scores are
+closer for every metric (the inner product is negated):
+
+* ``tile_scores`` — fast, for whole tiles: matrix products for euclidean,
+  cosine and inner product (data centred on the reference mean first, so the
+  ``|x|^2 + |y|^2 - 2 x.y`` expansion does not cancel for data far from the
+  origin), ``torch.cdist`` for the others.
+* ``exact_scores`` — per pair, one feature at a time in a fixed order, so a
+  pair's value never depends on tiling, batch size or device: this is the value
+  results are ranked by and reported from.
+
+``bounds`` gives, per query row, how far a tile score can be from the exact
+score (standard floating-point error bounds for dot products, with a safety
+factor); the kNN engine uses it to certify that a candidate list holds the
+true k nearest neighbours (see ``gpumine.neighbors._engine``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["METRICS", "Metric", "get_metric", "pairwise_distances"]
+
+_ALIASES = {
+    "euclidean": "euclidean",
+    "l2": "euclidean",
+    "sqeuclidean": "sqeuclidean",
+    "manhattan": "manhattan",
+    "cityblock": "manhattan",
+    "l1": "manhattan",
+    "chebyshev": "chebyshev",
+    "linf": "chebyshev",
+    "cosine": "cosine",
+    "inner_product": "inner_product",
+    "ip": "inner_product",
+    "minkowski": "minkowski",
+}
+METRICS = ("euclidean", "sqeuclidean", "manhattan", "chebyshev", "minkowski", "cosine", "inner_product")
+
+
+def _unit_roundoff(dtype: torch.dtype, device: torch.device, via_matmul: bool) -> float:
+    """Unit roundoff of the arithmetic that produced a tile, honouring a user's TF32/BF16 matmul setting."""
+    u = 2.0**-53 if dtype == torch.float64 else 2.0**-24
+    if via_matmul and dtype == torch.float32:
+        precision = torch.get_float32_matmul_precision()
+        tf32 = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
+        if precision == "medium":
+            u = 2.0**-8
+        elif precision == "high" or tf32:
+            u = 2.0**-11
+    return u
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A distance metric as the kNN engine sees it (see the module docstring)."""
+
+    name: str
+    p: float = 2.0
+
+    @property
+    def uses_matmul(self) -> bool:
+        return self.name in ("euclidean", "sqeuclidean", "cosine", "inner_product")
+
+    # -- preparation -------------------------------------------------------
+    def centre(self, X_ref: torch.Tensor) -> torch.Tensor | None:
+        """The shift applied to both sides before tile products (the reference mean, for L2)."""
+        if self.name in ("euclidean", "sqeuclidean") and X_ref.shape[0]:
+            return X_ref.to(torch.float64).mean(0).to(X_ref.dtype)
+        return None
+
+    def prepare(self, X: torch.Tensor, centre: torch.Tensor | None) -> dict:
+        """Per-row quantities reused by every tile that involves these rows."""
+        if self.name in ("euclidean", "sqeuclidean"):
+            Xc = X - centre.to(X.device) if centre is not None else X
+            return {"rows": Xc, "sqnorm": (Xc * Xc).sum(1)}
+        if self.name == "cosine":
+            norm = torch.linalg.vector_norm(X, dim=1)
+            safe = torch.where(norm > 0, norm, torch.ones_like(norm))
+            return {"rows": X / safe[:, None], "norm": norm}
+        if self.name == "inner_product":
+            return {"rows": X, "norm": torch.linalg.vector_norm(X, dim=1)}
+        return {"rows": X}
+
+    # -- fast tile scores ----------------------------------------------------
+    def tile_scores(self, Q: dict, R: dict) -> torch.Tensor:
+        """Scores of a (queries x references) tile from prepared rows (smaller = closer)."""
+        q, r = Q["rows"], R["rows"]
+        if self.name in ("euclidean", "sqeuclidean"):
+            S = torch.addmm(R["sqnorm"][None, :], q, r.T, beta=1.0, alpha=-2.0)
+            S.add_(Q["sqnorm"][:, None])
+            return S
+        if self.name == "cosine":
+            return torch.addmm(torch.ones((), dtype=q.dtype, device=q.device), q, r.T, beta=1.0, alpha=-1.0)
+        if self.name == "inner_product":
+            return -(q @ r.T)
+        p = {"manhattan": 1.0, "chebyshev": float("inf")}.get(self.name, self.p)
+        return torch.cdist(q, r, p=p, compute_mode="donot_use_mm_for_euclid_dist")
+
+    # -- exact per-pair scores -----------------------------------------------
+    def exact_scores(self, Q: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+        """Exact scores of query ``Q[i]`` against each candidate ``Y[i, j]``.
+
+        ``Q`` is (q, d), ``Y`` is (q, c, d) (or (1, c, d) to share candidates);
+        the result is (q, c). Features are accumulated one at a time, in order,
+        so the value of a pair is the same whatever else is in the batch.
+        """
+        d = Q.shape[1]
+        shape = (Q.shape[0], Y.shape[1])
+        acc = torch.zeros(shape, dtype=Q.dtype, device=Q.device)
+        if self.name in ("cosine", "inner_product"):
+            nq = torch.zeros((Q.shape[0], 1), dtype=Q.dtype, device=Q.device)
+            ny = torch.zeros((Y.shape[0], Y.shape[1]), dtype=Q.dtype, device=Q.device)
+            for j in range(d):
+                qj, yj = Q[:, j : j + 1], Y[:, :, j]
+                acc.addcmul_(qj, yj)
+                if self.name == "cosine":
+                    nq.addcmul_(qj, qj)
+                    ny.addcmul_(yj, yj)
+            if self.name == "inner_product":
+                return -acc
+            denom = torch.sqrt(nq) * torch.sqrt(ny)
+            cos = torch.where(denom > 0, acc / torch.where(denom > 0, denom, torch.ones_like(denom)), torch.zeros_like(acc))
+            return 1.0 - cos
+        for j in range(d):
+            diff = Q[:, j : j + 1] - Y[:, :, j]
+            if self.name in ("euclidean", "sqeuclidean"):
+                acc.addcmul_(diff, diff)
+            elif self.name == "manhattan":
+                acc.add_(diff.abs())
+            elif self.name == "chebyshev":
+                torch.maximum(acc, diff.abs(), out=acc)
+            else:
+                acc.add_(diff.abs().pow(self.p))
+        if self.name == "minkowski":
+            acc = acc.pow(1.0 / self.p)
+        return acc
+
+    def to_distance(self, scores: torch.Tensor) -> torch.Tensor:
+        """Turn ranking scores into the distances users see."""
+        if self.name == "euclidean":
+            return torch.sqrt(scores)
+        if self.name == "inner_product":
+            return -scores  # similarities, largest first (as FAISS IndexFlatIP)
+        return scores
+
+    # -- error bounds ------------------------------------------------------------
+    def bounds(self, Q: dict, ref_scale: float, d: int, device: torch.device, kth: torch.Tensor, cth: torch.Tensor):
+        """Per-row bounds (low, high) on |tile score - exact score|.
+
+        ``kth``/``cth`` are the k-th and the largest kept candidate tile scores
+        of each row (used by metrics whose error is relative to the score).
+        ``ref_scale`` is the largest squared norm (L2) or norm (IP) of a prepared
+        reference row. The factor 4 covers both the tile's and the exact form's
+        rounding, with room to spare.
+        """
+        u = _unit_roundoff(kth.dtype, device, self.uses_matmul)
+        gamma = 4.0 * (d + 4) * u
+        if self.name in ("euclidean", "sqeuclidean"):
+            b = gamma * (Q["sqnorm"] + ref_scale)
+            return b, b
+        if self.name == "cosine":
+            b = torch.full_like(kth, gamma * 2.0)
+            return b, b
+        if self.name == "inner_product":
+            b = gamma * Q["norm"] * ref_scale
+            return b, b
+        return gamma * cth.abs(), gamma * kth.abs()
+
+    def ref_scale(self, R: dict) -> float:
+        """The reference-side quantity ``bounds`` needs (max over the given prepared rows)."""
+        if self.name in ("euclidean", "sqeuclidean"):
+            return float(R["sqnorm"].max()) if R["sqnorm"].numel() else 0.0
+        if self.name == "inner_product":
+            return float(R["norm"].max()) if R["norm"].numel() else 0.0
+        return 0.0
+
+
+def get_metric(metric: str = "euclidean", p: float | None = None) -> Metric:
+    """Look up a metric by name (scikit-learn and FAISS spellings are accepted).
+
+    ``"minkowski"`` with ``p=2`` is euclidean and with ``p=1`` manhattan, as in
+    scikit-learn; ``p`` must be at least 1.
+
+    Examples
+    --------
+    >>> get_metric("minkowski", p=1).name
+    'manhattan'
+    """
+    if not isinstance(metric, str) or metric.lower() not in _ALIASES:
+        raise ValueError(
+            f"Unknown metric {metric!r}; use one of {', '.join(METRICS)} "
+            "(aliases: l2, l1, cityblock, linf, ip)"
+        )
+    name = _ALIASES[metric.lower()]
+    if name == "minkowski":
+        p = 2.0 if p is None else p
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not p >= 1:
+            raise ValueError(f"p must be a number >= 1 for metric='minkowski'; got p={p!r}")
+        if p == 1:
+            return Metric("manhattan", 1.0)
+        if p == 2:
+            return Metric("euclidean", 2.0)
+        if p == float("inf"):
+            return Metric("chebyshev", float("inf"))
+        return Metric("minkowski", float(p))
+    return Metric(name)
+
+
+def pairwise_distances(X: torch.Tensor, Y: torch.Tensor | None = None, metric: str = "euclidean", p: float | None = None) -> torch.Tensor:
+    """All distances between rows of ``X`` and rows of ``Y`` (exact per-pair form).
+
+    This materialises an (n, m) matrix: it is for small inputs and tests. The kNN
+    engine never builds one; use :func:`gpumine.neighbors.kneighbors` for search.
+
+    Examples
+    --------
+    >>> X = torch.tensor([[0.0, 0.0], [3.0, 4.0]])
+    >>> pairwise_distances(X)
+    tensor([[0., 5.],
+            [5., 0.]])
+    """
+    m = get_metric(metric, p)
+    Y = X if Y is None else Y
+    if X.shape[1] != Y.shape[1]:
+        raise ValueError(f"X has {X.shape[1]} features but Y has {Y.shape[1]}; both need the same columns")
+    return m.to_distance(m.exact_scores(X, Y.unsqueeze(0)))

@@ -1,0 +1,141 @@
+"""Tile plans from a memory budget, and pinned, double-buffered host-to-device streaming.
+
+Nothing in gpumine allocates a (queries x references) matrix: work is cut into
+tiles whose temporaries fit ``working_memory``. When data lives in host memory
+and the work runs on a GPU, :func:`iter_row_chunks` copies chunk i+1 through a
+pinned staging buffer on a side stream while the GPU computes on chunk i (the
+CUDA-streams overlap of the CUKNN paper).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+__all__ = ["TilePlan", "plan_tiles", "iter_row_chunks", "fits_on_device"]
+
+_INDEX_BYTES = 8
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """Rows of queries and of references processed together in one tile."""
+
+    query_rows: int
+    ref_rows: int
+    budget_bytes: int
+
+    def tile_bytes(self, n_features: int, n_candidates: int, itemsize: int) -> int:
+        return _tile_bytes(self.query_rows, self.ref_rows, n_features, n_candidates, itemsize)
+
+
+def _tile_bytes(q: int, r: int, d: int, c: int, itemsize: int) -> int:
+    # the score tile, the top-k scratch torch may allocate (values + indices), the
+    # running and new candidate lists, and the rows themselves
+    scores = q * r * (2 * itemsize + _INDEX_BYTES)
+    candidates = 4 * q * c * (itemsize + _INDEX_BYTES)
+    rows = (q + r) * (d + 2) * itemsize
+    return scores + candidates + rows
+
+
+def plan_tiles(n_query: int, n_ref: int, n_features: int, n_candidates: int, itemsize: int, budget_bytes: int) -> TilePlan:
+    """Choose tile sizes so one tile's temporaries stay under ``budget_bytes``.
+
+    Prefers whole reference sets (one pass per query block) and as many queries
+    as fit; with little memory, shrinks queries first, then references.
+
+    Examples
+    --------
+    >>> plan = plan_tiles(10_000, 50_000, 8, 16, 4, 64 * 2**20)
+    >>> plan.tile_bytes(8, 16, 4) <= 64 * 2**20
+    True
+    """
+    n_query, n_ref = max(n_query, 1), max(n_ref, 1)
+    c = min(n_candidates, n_ref)
+    min_ref = min(n_ref, max(c, 1))
+    if _tile_bytes(1, min_ref, n_features, c, itemsize) > budget_bytes:
+        need = _tile_bytes(1, min_ref, n_features, c, itemsize) / 2**20
+        raise ValueError(
+            f"working_memory={budget_bytes / 2**20:.3g} MiB is too small for even one query against "
+            f"{min_ref} references with {n_features} features; raise working_memory to at least {need:.3g} MiB"
+        )
+    q = min(n_query, 4096)
+    while q > 1 and _tile_bytes(q, min_ref, n_features, c, itemsize) > budget_bytes:
+        q //= 2
+    # largest reference block that fits next to q queries
+    per_ref = q * (2 * itemsize + _INDEX_BYTES) + (n_features + 2) * itemsize
+    fixed = _tile_bytes(q, 0, n_features, c, itemsize)
+    r = int(max(min_ref, min(n_ref, (budget_bytes - fixed) // per_ref)))
+    if r >= n_ref:
+        # whole reference set fits: grow the query block as far as memory allows
+        r = n_ref
+        while q < n_query and _tile_bytes(min(2 * q, n_query), r, n_features, c, itemsize) <= budget_bytes:
+            q = min(2 * q, n_query)
+    return TilePlan(query_rows=q, ref_rows=r, budget_bytes=budget_bytes)
+
+
+def fits_on_device(n_bytes: int, device: torch.device, fraction: float = 0.5) -> bool:
+    """True when ``n_bytes`` fit in ``fraction`` of the device's free memory (always true on the CPU)."""
+    if device.type != "cuda":
+        return True
+    free, _ = torch.cuda.mem_get_info(device)
+    return n_bytes <= fraction * free
+
+
+def iter_row_chunks(X: torch.Tensor, chunk_rows: int, device: torch.device) -> Iterator[tuple[int, torch.Tensor]]:
+    """Yield ``(start_row, chunk_on_device)`` over the rows of ``X``.
+
+    When ``X`` is already on ``device`` the chunks are views. When ``X`` is in
+    host memory and ``device`` is a GPU, chunks are staged through two pinned
+    buffers and copied on a side stream, one chunk ahead of the consumer; a
+    yielded chunk is valid until the consumer asks for the next-but-one.
+    """
+    n = X.shape[0]
+    chunk_rows = max(1, min(chunk_rows, n)) if n else 1
+    if X.device == device or device.type != "cuda":
+        for start in range(0, n, chunk_rows):
+            yield start, X[start : start + chunk_rows].to(device)
+        return
+    yield from _pinned_double_buffer(X, chunk_rows, device)
+
+
+def _pinned_double_buffer(X: torch.Tensor, chunk_rows: int, device: torch.device):
+    n, shape_tail = X.shape[0], tuple(X.shape[1:])
+    starts = list(range(0, n, chunk_rows))
+    copy_stream = torch.cuda.Stream(device)
+    compute_stream = torch.cuda.current_stream(device)
+    pinned = [torch.empty((chunk_rows, *shape_tail), dtype=X.dtype, pin_memory=True) for _ in range(2)]
+    on_device = [torch.empty((chunk_rows, *shape_tail), dtype=X.dtype, device=device) for _ in range(2)]
+    copied: list[torch.cuda.Event | None] = [None, None]
+    consumed: list[torch.cuda.Event | None] = [None, None]
+
+    def issue(i: int) -> None:
+        slot, start = i % 2, starts[i]
+        rows = min(chunk_rows, n - start)
+        if copied[slot] is not None:
+            copied[slot].synchronize()  # the staging buffer is free once its last copy finished
+        pinned[slot][:rows].copy_(X[start : start + rows])
+        with torch.cuda.stream(copy_stream):
+            if consumed[slot] is not None:
+                copy_stream.wait_event(consumed[slot])  # the device buffer's last reader is done
+            on_device[slot][:rows].copy_(pinned[slot][:rows], non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(copy_stream)
+            copied[slot] = event
+
+    if not starts:
+        return
+    issue(0)
+    for i, start in enumerate(starts):
+        slot = i % 2
+        rows = min(chunk_rows, n - start)
+        compute_stream.wait_event(copied[slot])
+        yield start, on_device[slot][:rows]
+        # the consumer has queued its work on this chunk: stage the next one while the GPU runs it
+        event = torch.cuda.Event()
+        event.record(compute_stream)
+        consumed[slot] = event
+        if i + 1 < len(starts):
+            issue(i + 1)

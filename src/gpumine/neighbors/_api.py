@@ -1,0 +1,118 @@
+"""The functional kNN API: validation, device choice and output kind around the engine."""
+
+from __future__ import annotations
+
+import torch
+
+from .._validation import check_array, check_n_neighbors, output_kind, to_output
+from ..config import resolve_backend, resolve_device, working_memory_bytes
+from ..core.distance import get_metric
+from ._engine import knn_search
+
+__all__ = ["kneighbors"]
+
+
+def _common_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def kneighbors(
+    X_ref,
+    X_query=None,
+    k: int = 5,
+    *,
+    metric: str = "euclidean",
+    p: float | None = None,
+    device=None,
+    backend=None,
+    working_memory=None,
+    verbose=None,
+    return_distance: bool = True,
+):
+    """Exact k nearest neighbours of each query among the reference rows.
+
+    Parameters
+    ----------
+    X_ref : array-like or torch.Tensor of shape (n_ref, n_features)
+        The reference set. NumPy arrays and host tensors stay in host memory and
+        stream to the GPU in tiles when they do not fit there.
+    X_query : array-like or torch.Tensor of shape (n_query, n_features), optional
+        The queries. ``None`` queries the reference set against itself and
+        excludes each point from its own neighbours (as scikit-learn's
+        ``kneighbors(X=None)``).
+    k : int
+        Neighbours per query, ``1 <= k <= n_ref`` (``n_ref - 1`` when
+        ``X_query`` is None).
+    metric : str
+        ``"euclidean"`` (default), ``"sqeuclidean"``, ``"manhattan"``,
+        ``"chebyshev"``, ``"minkowski"`` (with ``p``), ``"cosine"`` or
+        ``"inner_product"``.
+    p : float, optional
+        Power for ``metric="minkowski"`` (default 2).
+    device : {"auto", "cpu", "cuda", "cuda:N"} or None
+        Where to compute (``None``: the configured default, see :mod:`gpumine.config`).
+    backend : {"auto", "torch", "triton"} or None
+        Kernel implementation. This release computes kNN with torch operations;
+        ``"triton"`` raises until the fused kernel lands.
+    working_memory : float, optional
+        MiB allowed for one tile's temporaries.
+    verbose : int, optional
+        ``0`` hides the progress bar shown on terminals for long runs.
+    return_distance : bool
+        Return ``(distances, indices)`` when True, only ``indices`` otherwise.
+
+    Returns
+    -------
+    distances : (n_query, k) array, ascending
+        True metric distances (squared for ``"sqeuclidean"``; for
+        ``"inner_product"`` the inner products, largest first, as FAISS).
+    indices : (n_query, k) int64 array
+        Row numbers into ``X_ref``. Equal distances are ordered by the lower index.
+
+    Results come back in the caller's kind: NumPy in, NumPy out; a torch tensor
+    in, a tensor on that tensor's device out.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0.0], [1.0], [3.0], [1.0]])
+    >>> d, i = kneighbors(X, np.array([[0.9]]), k=3, device="cpu")
+    >>> i
+    array([[1, 3, 0]])
+    >>> kneighbors(X, k=1, device="cpu", return_distance=False).ravel()
+    array([1, 3, 1, 1])
+    """
+    ref = check_array(X_ref, name="X_ref")
+    exclude_self = X_query is None
+    if exclude_self:
+        query, kind = ref, output_kind(X_ref)
+    else:
+        query = check_array(X_query, name="X_query", allow_empty=True)
+        kind = output_kind(X_query)
+        if query.shape[1] != ref.shape[1]:
+            raise ValueError(
+                f"X_query has {query.shape[1]} features but X_ref has {ref.shape[1]}; "
+                "queries need the same columns as the reference set"
+            )
+    dtype = _common_dtype(ref, query)
+    ref, query = ref.to(dtype), query.to(dtype)
+    k = check_n_neighbors(k, ref.shape[0], name="k", excluding_self=exclude_self)
+    metric_obj = get_metric(metric, p)
+    dev = resolve_device(device)
+    resolve_backend(backend, dev, has_triton_kernel=False)
+    result_device = kind.device if kind.kind == "torch" else torch.device("cpu")
+    scores, index = knn_search(
+        ref,
+        query,
+        k,
+        metric_obj,
+        exclude_self=exclude_self,
+        device=dev,
+        budget_bytes=working_memory_bytes(working_memory, dev),
+        result_device=result_device,
+        verbose=verbose,
+    )
+    index_out = to_output(index, kind)
+    if not return_distance:
+        return index_out
+    return to_output(metric_obj.to_distance(scores), kind), index_out

@@ -1,0 +1,214 @@
+"""The exact kNN engine (CUKNN): tensors in, ``(scores, indices)`` out.
+
+For each block of queries the engine walks the references tile by tile:
+
+1. **distances** of the tile by the metric's fast form (matrix products on
+   centred data for L2/cosine/inner product);
+2. **local best c** of the tile (c = k plus a margin), merged into the block's
+   running candidate list — the paper's local-k / global-k phases;
+3. **exact re-rank**: the candidates' exact per-pair scores are recomputed
+   (independent of tiling) and sorted by (score, index);
+4. **certificate**: a row is final when the best excluded tile score, less its
+   error bound, exceeds the k-th candidate's tile score plus its bound — then no
+   excluded reference can be among the true k nearest. Rows that fail (many
+   exact ties or duplicates at the boundary) are redone by an exact scan that
+   uses the per-pair form for every reference.
+
+So results are exact float32 (ranked by per-pair values, ties to the lower
+index) whatever the tile sizes or the device, while the bulk of the work runs
+as matrix products.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._progress import Progress
+from ..core.distance import Metric
+from ..core.select import PAD_INDEX, merge_topk, sort_by_score_then_index, topk_smallest
+from ..core.tiles import fits_on_device, iter_row_chunks, plan_tiles
+
+__all__ = ["knn_search", "candidate_count"]
+
+
+def candidate_count(k: int, n_ref: int) -> int:
+    """Candidates kept per query before the exact re-rank (k plus a margin)."""
+    return min(n_ref, k + max(16, k // 4))
+
+
+class _References:
+    """Reference rows as tiles on the device: kept resident when they fit, else streamed from host."""
+
+    def __init__(self, ref: torch.Tensor, metric: Metric, rows_per_tile: int, device: torch.device):
+        self.metric = metric
+        self.rows_per_tile = rows_per_tile
+        self.device = device
+        self.host = ref
+        self.centre = metric.centre(ref)
+        itemsize = ref.element_size()
+        self.resident = ref.device == device or fits_on_device(3 * ref.numel() * itemsize, device)
+        self.data = ref.to(device) if self.resident else ref
+        self._prepared = None
+        self.scale = None
+        if self.resident:
+            self._prepared = [
+                (start, self.metric.prepare(chunk, self.centre))
+                for start, chunk in iter_row_chunks(self.data, rows_per_tile, device)
+            ]
+            self.scale = max((metric.ref_scale(p) for _, p in self._prepared), default=0.0)
+
+    def prepared_tiles(self):
+        """Yield ``(start, prepared_rows)``; also fills ``scale`` on a streamed first pass."""
+        if self._prepared is not None:
+            yield from self._prepared
+            return
+        scale = 0.0
+        for start, chunk in iter_row_chunks(self.data, self.rows_per_tile, self.device):
+            prepared = self.metric.prepare(chunk, self.centre)
+            scale = max(scale, self.metric.ref_scale(prepared))
+            yield start, prepared
+        self.scale = scale
+
+    def raw_tiles(self):
+        yield from iter_row_chunks(self.data, self.rows_per_tile, self.device)
+
+    def gather(self, index: torch.Tensor) -> torch.Tensor:
+        """Rows at ``index`` (any shape), on the device."""
+        flat = index.clamp(min=0).reshape(-1)
+        if self.resident:
+            rows = self.data.index_select(0, flat)
+        else:
+            rows = self.host.index_select(0, flat.cpu()).to(self.device)
+        return rows.reshape(*index.shape, self.data.shape[1])
+
+
+def _mask_self(scores: torch.Tensor, q0: int, r0: int) -> None:
+    """Set the (query i, reference i) entries of a tile to +inf."""
+    lo = max(q0, r0)
+    hi = min(q0 + scores.shape[0], r0 + scores.shape[1])
+    if lo < hi:
+        ids = torch.arange(lo, hi, device=scores.device)
+        scores[ids - q0, ids - r0] = float("inf")
+
+
+def _keep_best(values, index, new_values, new_index, c):
+    """Best ``c`` of two candidate lists by tile score (ties arbitrary: the exact re-rank settles them)."""
+    values = torch.cat([values, new_values], dim=1)
+    index = torch.cat([index, new_index], dim=1)
+    values, pos = torch.topk(values, c, dim=1, largest=False, sorted=False)
+    return values, index.gather(1, pos)
+
+
+def knn_search(
+    ref: torch.Tensor,
+    query: torch.Tensor,
+    k: int,
+    metric: Metric,
+    *,
+    exclude_self: bool,
+    device: torch.device,
+    budget_bytes: int,
+    result_device: torch.device,
+    verbose=None,
+    stats: dict | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact k nearest references of every query row.
+
+    Returns ``(scores, indices)`` on ``result_device``, ascending by metric
+    score (smaller = closer; see :class:`~gpumine.core.distance.Metric`), ties
+    to the lower index. ``exclude_self`` drops reference i from query i's list
+    (queries are the references). ``stats``, when given, receives counters
+    (rows redone by the exact scan, tile plan).
+    """
+    n_query, d = query.shape
+    n_ref = ref.shape[0]
+    dtype = ref.dtype
+    out_scores = torch.empty((n_query, k), dtype=dtype, device=result_device)
+    out_index = torch.empty((n_query, k), dtype=torch.int64, device=result_device)
+    if n_query == 0:
+        return out_scores, out_index
+    c = candidate_count(k, n_ref)
+    plan = plan_tiles(n_query, n_ref, d, c, ref.element_size(), budget_bytes)
+    refs = _References(ref, metric, plan.ref_rows, device)
+    n_fallback = 0
+    n_blocks = -(-n_query // plan.query_rows)
+    with Progress(total=n_blocks, desc="kneighbors", verbose=verbose) as bar:
+        for q0, Q in iter_row_chunks(query, plan.query_rows, device):
+            Qp = metric.prepare(Q, refs.centre)
+            cand = _candidates(Qp, refs, q0, c, exclude_self)
+            cand_scores, cand_index = cand
+            scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, q0, exclude_self, plan)
+            failed = (~certified).nonzero().squeeze(1)
+            if failed.numel():
+                n_fallback += failed.numel()
+                f_scores, f_index = _exact_scan(Q[failed], q0 + failed, refs, metric, k, exclude_self)
+                scores[failed] = f_scores
+                index[failed] = f_index
+            out_scores[q0 : q0 + Q.shape[0]] = scores.to(result_device)
+            out_index[q0 : q0 + Q.shape[0]] = index.to(result_device)
+            bar.update()
+    if stats is not None:
+        stats.update(rows_exact_scan=n_fallback, query_rows=plan.query_rows, ref_rows=plan.ref_rows,
+                     candidates=c, references_resident=refs.resident)
+    return out_scores, out_index
+
+
+def _candidates(Qp: dict, refs: _References, q0: int, c: int, exclude_self: bool):
+    q = Qp["rows"].shape[0]
+    device = Qp["rows"].device
+    values = torch.full((q, c), float("inf"), dtype=Qp["rows"].dtype, device=device)
+    index = torch.full((q, c), PAD_INDEX, dtype=torch.int64, device=device)
+    for r0, Rp in refs.prepared_tiles():
+        S = refs.metric.tile_scores(Qp, Rp)
+        if exclude_self:
+            _mask_self(S, q0, r0)
+        cc = min(c, S.shape[1])
+        v, pos = torch.topk(S, cc, dim=1, largest=False, sorted=False)
+        values, index = _keep_best(values, index, v, pos + r0, c)
+    return values, index
+
+
+def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, q0, exclude_self, plan):
+    """Exact scores of the candidates, the best k by (score, index), and which rows are certified."""
+    q, d = Q.shape
+    cand_scores, order = torch.sort(cand_scores, dim=1)
+    cand_index = cand_index.gather(1, order)
+    kth, cth = cand_scores[:, k - 1], cand_scores[:, c - 1]
+    low, high = metric.bounds(Qp, refs.scale, d, Q.device, kth, cth)
+    certified = torch.isinf(cth) | (cth - low > kth + high)
+    if c >= n_ref:
+        certified = torch.ones_like(certified)
+    # exact per-pair scores of the candidates, in query sub-blocks that fit the budget
+    itemsize = Q.element_size()
+    sub = max(1, min(q, plan.budget_bytes // max(1, 3 * c * (d + 4) * itemsize)))
+    scores = torch.empty((q, k), dtype=Q.dtype, device=Q.device)
+    index = torch.empty((q, k), dtype=torch.int64, device=Q.device)
+    for s in range(0, q, sub):
+        ci = cand_index[s : s + sub]
+        exact = metric.exact_scores(Q[s : s + sub], refs.gather(ci))
+        invalid = ci < 0
+        if exclude_self:
+            own = torch.arange(q0 + s, q0 + s + ci.shape[0], device=ci.device)[:, None]
+            invalid |= ci == own
+        exact = torch.where(invalid, torch.full_like(exact, float("inf")), exact)
+        v, i = sort_by_score_then_index(exact, torch.where(invalid, torch.full_like(ci, PAD_INDEX), ci))
+        scores[s : s + sub], index[s : s + sub] = v[:, :k], i[:, :k]
+    return scores, index, certified
+
+
+def _exact_scan(Q: torch.Tensor, query_ids: torch.Tensor, refs: _References, metric: Metric, k: int, exclude_self: bool):
+    """Top-k by per-pair exact scores over every reference (for rows the certificate could not settle)."""
+    q = Q.shape[0]
+    best_v = torch.full((q, k), float("inf"), dtype=Q.dtype, device=Q.device)
+    best_i = torch.full((q, k), PAD_INDEX, dtype=torch.int64, device=Q.device)
+    for r0, R in refs.raw_tiles():
+        S = metric.exact_scores(Q, R.unsqueeze(0))
+        if exclude_self:
+            cols = query_ids - r0
+            inside = (cols >= 0) & (cols < R.shape[0])
+            rows = inside.nonzero().squeeze(1)
+            S[rows, cols[rows]] = float("inf")
+        kk = min(k, S.shape[1])
+        v, col = topk_smallest(S, kk)
+        best_v, best_i = merge_topk(best_v, best_i, v, col + r0, k)
+    return best_v, best_i

@@ -1,0 +1,32 @@
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+DEVICES = ["cpu"] + [pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def skip_if_no_cuda(device):
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU on this machine (run the gpu tier on the device machine)")
+
+
+def shared_data_dir():
+    """../shared/data beside the checkout (or $GPUMINE_DATA_DIR); None when absent."""
+    env = os.environ.get("GPUMINE_DATA_DIR")
+    if env and Path(env).is_dir():
+        return Path(env)
+    for base in [Path(__file__).resolve(), Path.cwd().resolve()]:
+        for parent in [base, *base.parents]:
+            cand = parent / "shared" / "data"
+            if cand.is_dir():
+                return cand
+    return None
+
+
+def shared_file(relative):
+    root = shared_data_dir()
+    if root is None or not (root / relative).exists():
+        pytest.skip(f"shared data file {relative} not found (looked for shared/data beside the checkout and $GPUMINE_DATA_DIR)")
+    return root / relative

@@ -1,0 +1,109 @@
+"""Core ops: distances vs SciPy float64, top-k tie rule, associative merge, tile plans."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from gpumine.core import get_metric, merge_topk, pairwise_distances, plan_tiles, topk_smallest
+from gpumine.core.select import sort_by_score_then_index
+from gpumine.core.tiles import iter_row_chunks
+from knn_oracle import full_distances
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean", "manhattan", "chebyshev", "cosine", "inner_product"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_pairwise_distances_vs_scipy(metric, dtype):
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((13, 5)), rng.standard_normal((7, 5))
+    got = pairwise_distances(torch.tensor(X, dtype=dtype), torch.tensor(Y, dtype=dtype), metric).numpy()
+    ref = full_distances(Y, X, metric)
+    if metric == "inner_product":
+        ref = -ref
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "cosine", "inner_product", "manhattan"])
+def test_tile_scores_within_reported_error_bounds(metric):
+    rng = np.random.default_rng(1)
+    X = torch.tensor(1e3 + rng.standard_normal((40, 17)), dtype=torch.float32)
+    Y = torch.tensor(1e3 + rng.standard_normal((60, 17)), dtype=torch.float32)
+    m = get_metric(metric)
+    centre = m.centre(Y)
+    Qp, Rp = m.prepare(X, centre), m.prepare(Y, centre)
+    tile = m.tile_scores(Qp, Rp)
+    exact = m.exact_scores(X, Y.unsqueeze(0))
+    kth = tile.max(1).values
+    low, high = m.bounds(Qp, m.ref_scale(Rp), 17, torch.device("cpu"), kth, kth)
+    assert ((tile - exact).abs() <= torch.maximum(low, high)[:, None]).all()
+
+
+def test_topk_tie_rule_and_k_equals_n():
+    s = torch.tensor([[3.0, 1.0, 1.0, 0.0, 1.0], [2.0, 2.0, 2.0, 2.0, 2.0]])
+    v, i = topk_smallest(s, 3)
+    assert i.tolist() == [[3, 1, 2], [0, 1, 2]]
+    v, i = topk_smallest(s, 5)
+    assert i.tolist() == [[3, 1, 2, 4, 0], [0, 1, 2, 3, 4]]
+    v, i = topk_smallest(s[:0], 2)
+    assert v.shape == (0, 2)
+
+
+def test_topk_random_ties_match_stable_argsort():
+    rng = np.random.default_rng(2)
+    s = rng.integers(0, 4, (50, 37)).astype(np.float32)
+    for k in (1, 5, 36, 37):
+        v, i = topk_smallest(torch.from_numpy(s), k)
+        ref = np.argsort(s, axis=1, kind="stable")[:, :k]
+        np.testing.assert_array_equal(i.numpy(), ref)
+
+
+def test_merge_is_associative_and_pads():
+    rng = np.random.default_rng(3)
+    scores = torch.from_numpy(rng.integers(0, 5, (6, 30)).astype(np.float32))
+    k = 7
+    parts = [(scores[:, a:b], torch.arange(a, b).expand(6, -1)) for a, b in [(0, 4), (4, 17), (17, 30)]]
+    parts = [sort_by_score_then_index(v, i) for v, i in parts]
+    parts = [(v[:, :k], i[:, :k]) for v, i in parts]
+    results = []
+    for order in itertools.permutations(range(3)):
+        acc = (torch.full((6, 0), 0.0), torch.full((6, 0), 0, dtype=torch.int64))
+        for j in order:
+            acc = merge_topk(*acc, *parts[j], k)
+        results.append(acc)
+    ref = topk_smallest(scores, k)
+    for v, i in results:
+        assert torch.equal(i, ref[1]) and torch.equal(v, ref[0])
+    v, i = merge_topk(*parts[0], *(torch.empty(6, 0), torch.empty(6, 0, dtype=torch.int64)), 6)
+    assert (i[:, 4:] == -1).all() and torch.isinf(v[:, 4:]).all()
+
+
+@pytest.mark.parametrize("n_query, n_ref, d, c, wm", [(10, 10, 3, 5, 1), (10**6, 10**6, 64, 2560, 256), (5, 10**7, 8, 16, 64), (10**5, 300, 65, 300, 2)])
+def test_tile_plan_stays_under_budget(n_query, n_ref, d, c, wm):
+    budget = wm * 2**20
+    plan = plan_tiles(n_query, n_ref, d, c, 4, budget)
+    assert 1 <= plan.query_rows <= n_query and 1 <= plan.ref_rows <= n_ref
+    assert plan.tile_bytes(d, min(c, n_ref), 4) <= budget
+    assert plan.query_rows * plan.ref_rows < n_query * n_ref or n_query * n_ref < 1000
+
+
+def test_tile_plan_refuses_too_small_budget():
+    with pytest.raises(ValueError, match="raise working_memory to at least"):
+        plan_tiles(10, 10**6, 1000, 100, 4, 1000)
+
+
+def test_row_chunks_cover_all_rows():
+    X = torch.arange(23.0).reshape(-1, 1)
+    chunks = list(iter_row_chunks(X, 5, torch.device("cpu")))
+    assert [s for s, _ in chunks] == [0, 5, 10, 15, 20]
+    assert torch.equal(torch.cat([c for _, c in chunks]), X)
+
+
+@pytest.mark.gpu
+def test_pinned_double_buffer_streams_exact_rows():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    X = torch.randn(10_007, 9)
+    chunks = [(s, c.clone()) for s, c in iter_row_chunks(X, 1000, torch.device("cuda"))]
+    assert torch.equal(torch.cat([c for _, c in chunks]).cpu(), X)

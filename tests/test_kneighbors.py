@@ -1,0 +1,187 @@
+"""The functional kNN engine against a float64 brute-force oracle under the tie rule."""
+
+import numpy as np
+import pytest
+import torch
+
+from gpumine.neighbors import kneighbors
+from gpumine.neighbors._engine import candidate_count
+from helpers import DEVICES, skip_if_no_cuda
+from knn_oracle import assert_knn_matches, brute_force_knn
+
+METRICS = ["euclidean", "sqeuclidean", "manhattan", "chebyshev", "cosine", "inner_product"]
+# working_memory values (MiB) that force many small tiles, a few tiles, and one tile
+BUDGETS = [0.02, 0.5, None]
+
+
+def _data(kind, n, d, seed):
+    rng = np.random.default_rng(seed)
+    if kind == "random":
+        return rng.standard_normal((n, d)).astype(np.float32)
+    if kind == "integer":  # many exact ties
+        return rng.integers(0, 3, (n, d)).astype(np.float32)
+    if kind == "duplicates":
+        base = rng.standard_normal((n // 4, d)).astype(np.float32)
+        return base[rng.integers(0, len(base), n)]
+    if kind == "far":  # clustered far from the origin: the |x|^2+|y|^2-2xy expansion cancels
+        return (1e4 + rng.standard_normal((n, d))).astype(np.float32)
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("kind", ["random", "integer", "duplicates", "far"])
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_matches_float64_oracle(device, metric, kind, budget):
+    skip_if_no_cuda(device)
+    X = _data(kind, 157, 5, seed=1)
+    Q = _data(kind, 41, 5, seed=2)
+    if kind in ("integer", "duplicates"):
+        Q[:10] = X[:10]  # queries equal to reference points
+    k = 9
+    d, i = kneighbors(X, Q, k, metric=metric, device=device, working_memory=budget)
+    assert d.shape == (41, k) and i.shape == (41, k)
+    if kind == "integer" and metric not in ("cosine",):
+        # small integers: float32 distances are exact, so indices must equal the tie-rule oracle
+        ref_d, ref_i, _ = brute_force_knn(X, Q, k, metric)
+        np.testing.assert_array_equal(i, ref_i)
+    rtol = 1e-4 if kind == "far" else 1e-5
+    assert_knn_matches(d, i, X, Q, k, metric, rtol=rtol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["random", "integer", "duplicates"])
+@pytest.mark.parametrize("k", [1, 7, 156])
+def test_all_knn_excludes_self(device, kind, k):
+    skip_if_no_cuda(device)
+    X = _data(kind, 157, 3, seed=3)
+    d, i = kneighbors(X, None, k, device=device, working_memory=0.05)
+    assert_knn_matches(d, i, X, X, k, exclude_self=True)
+    if kind == "integer":
+        np.testing.assert_array_equal(i, brute_force_knn(X, X, k, exclude_self=True)[1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_k_equals_n_returns_every_reference_in_tie_order(device):
+    skip_if_no_cuda(device)
+    X = np.zeros((20, 2), np.float32)  # all distances equal: order must be 0..n-1
+    d, i = kneighbors(X, X[:3], 20, device=device)
+    np.testing.assert_array_equal(i, np.tile(np.arange(20), (3, 1)))
+    np.testing.assert_array_equal(d, 0)
+
+
+def test_minkowski_p():
+    X = _data("random", 80, 4, 5)
+    d, i = kneighbors(X, X[:10], 6, metric="minkowski", p=3, device="cpu")
+    assert_knn_matches(d, i, X, X[:10], 6, "minkowski", p=3)
+
+
+def test_results_do_not_depend_on_tiling_and_are_deterministic():
+    X = _data("duplicates", 400, 6, 7)
+    runs = [kneighbors(X, k=12, device="cpu", working_memory=wm) for wm in (0.03, 0.2, 1, None, None)]
+    for d, i in runs[1:]:
+        np.testing.assert_array_equal(i, runs[0][1])
+        np.testing.assert_array_equal(d, runs[0][0])
+
+
+def test_float64_input_gives_float64_results_matching_oracle_tightly():
+    X = _data("far", 200, 8, 9).astype(np.float64)
+    d, i = kneighbors(X, X[:20], 5, device="cpu")
+    assert d.dtype == np.float64
+    assert_knn_matches(d, i, X, X[:20], 5, rtol=1e-12, atol=1e-12)
+
+
+def test_large_k_above_candidate_margin():
+    X = _data("random", 3000, 4, 11)
+    k = 2048
+    assert candidate_count(k, 3000) > k
+    d, i = kneighbors(X, X[:4], k, device="cpu", working_memory=8)
+    assert_knn_matches(d, i, X, X[:4], k)
+
+
+def test_output_kind_follows_input():
+    X = _data("random", 30, 3, 12)
+    d, i = kneighbors(torch.from_numpy(X), k=2, device="cpu")
+    assert isinstance(d, torch.Tensor) and isinstance(i, torch.Tensor) and i.dtype == torch.int64
+    d, i = kneighbors(X.tolist(), [[0.0, 0.0, 0.0]], k=2, device="cpu")
+    assert isinstance(d, np.ndarray) and d.dtype == np.float32
+    ro = X.copy()
+    ro.setflags(write=False)
+    d2, i2 = kneighbors(ro, ro, k=2, device="cpu")
+    assert isinstance(i2, np.ndarray)
+
+
+def test_empty_query_gives_empty_result():
+    X = _data("random", 30, 3, 13)
+    d, i = kneighbors(X, np.empty((0, 3), np.float32), k=4, device="cpu")
+    assert d.shape == (0, 4) and i.shape == (0, 4)
+
+
+def test_zero_vectors_under_cosine_are_at_distance_one():
+    X = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 2.0]], np.float32)
+    d, i = kneighbors(X, np.array([[0.0, 0.0]], np.float32), k=4, metric="cosine", device="cpu")
+    np.testing.assert_array_equal(i, [[0, 1, 2, 3]])
+    np.testing.assert_allclose(d, 1.0)
+
+
+def test_inner_product_returns_similarities_largest_first():
+    X = np.array([[1.0, 0.0], [2.0, 0.0], [0.5, 0.0]], np.float32)
+    d, i = kneighbors(X, np.array([[1.0, 0.0]], np.float32), k=3, metric="ip", device="cpu")
+    np.testing.assert_array_equal(i, [[1, 0, 2]])
+    np.testing.assert_allclose(d, [[2.0, 1.0, 0.5]])
+
+
+def test_bad_input_errors():
+    X = _data("random", 10, 3, 14)
+    with pytest.raises(ValueError, match="k <= n_samples_fit"):
+        kneighbors(X, X, 11, device="cpu")
+    with pytest.raises(ValueError, match="each query is excluded"):
+        kneighbors(X, None, 10, device="cpu")
+    with pytest.raises(ValueError, match="X_query has 2 features but X_ref has 3"):
+        kneighbors(X, X[:, :2], 2, device="cpu")
+    with pytest.raises(ValueError, match="Unknown metric 'hamming'"):
+        kneighbors(X, X, 2, metric="hamming", device="cpu")
+    with pytest.raises(ValueError, match="X_query contains NaN"):
+        kneighbors(X, np.full((1, 3), np.nan), 2, device="cpu")
+    with pytest.raises(ValueError, match="X_ref is empty"):
+        kneighbors(np.empty((0, 3)), X, 1, device="cpu")
+    with pytest.raises(TypeError, match="k must be a positive integer"):
+        kneighbors(X, X, 2.5, device="cpu")
+    with pytest.raises(ValueError, match="working_memory=.* is too small"):
+        kneighbors(X, X, 2, device="cpu", working_memory=1e-6)
+    with pytest.raises(ValueError, match="p must be a number >= 1"):
+        kneighbors(X, X, 2, metric="minkowski", p=0.5, device="cpu")
+
+
+def test_explicit_triton_backend_is_refused_until_the_kernel_lands():
+    X = _data("random", 10, 3, 15)
+    with pytest.raises(ValueError, match="backend='triton'"):
+        kneighbors(X, X, 2, device="cpu", backend="triton")
+
+
+@pytest.mark.gpu
+def test_streamed_references_match_resident(monkeypatch):
+    skip_if_no_cuda("cuda")
+    import gpumine.neighbors._engine as engine
+
+    X = _data("duplicates", 5000, 7, 16)
+    Q = _data("random", 700, 7, 17)
+    resident = kneighbors(X, Q, 10, device="cuda", working_memory=4)
+    monkeypatch.setattr(engine, "fits_on_device", lambda *a, **k: False)
+    streamed = kneighbors(X, Q, 10, device="cuda", working_memory=4)
+    np.testing.assert_array_equal(streamed[1], resident[1])
+    np.testing.assert_array_equal(streamed[0], resident[0])
+    assert_knn_matches(*streamed, X, Q, 10)
+
+
+@pytest.mark.gpu
+def test_gpu_equals_cpu_bitwise_indices():
+    skip_if_no_cuda("cuda")
+    X = _data("integer", 3000, 4, 18)
+    cpu = kneighbors(X, k=16, device="cpu")
+    gpu = kneighbors(X, k=16, device="cuda")
+    np.testing.assert_array_equal(cpu[1], gpu[1])
+    t = torch.from_numpy(X).cuda()
+    d, i = kneighbors(t, k=16, device="cuda")
+    assert d.is_cuda and i.is_cuda
+    np.testing.assert_array_equal(i.cpu().numpy(), cpu[1])
