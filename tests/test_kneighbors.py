@@ -185,3 +185,30 @@ def test_gpu_equals_cpu_bitwise_indices():
     d, i = kneighbors(t, k=16, device="cuda")
     assert d.is_cuda and i.is_cuda
     np.testing.assert_array_equal(i.cpu().numpy(), cpu[1])
+
+
+@pytest.mark.parametrize("kind", ["random", "duplicates", "integer"])
+@pytest.mark.parametrize("budget", [0.3, None])
+def test_two_stage_tile_selection_matches_oracle(kind, budget):
+    # enough references that tiles use the group-minimum stage, and a ragged tail
+    X = _data(kind, 2003, 3, seed=21)
+    Q = _data(kind, 60, 3, seed=22)
+    d, i = kneighbors(X, Q, 5, device="cpu", working_memory=budget)
+    assert_knn_matches(d, i, X, Q, 5)
+    if kind == "integer":
+        np.testing.assert_array_equal(i, brute_force_knn(X, Q, 5)[1])
+
+
+def test_heavy_ties_use_the_exact_scan_and_random_data_does_not():
+    from gpumine.core.distance import get_metric
+    from gpumine.neighbors._engine import knn_search
+
+    def run(X):
+        stats = {}
+        t = torch.from_numpy(X)
+        knn_search(t, t, 4, get_metric("euclidean"), exclude_self=True, device=torch.device("cpu"),
+                   budget_bytes=2**26, result_device=torch.device("cpu"), stats=stats)
+        return stats["rows_exact_scan"]
+
+    assert run(_data("random", 1000, 4, 23)) == 0
+    assert run(np.zeros((1000, 2), np.float32)) == 1000

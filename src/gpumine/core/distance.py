@@ -7,9 +7,9 @@ closer for every metric (the inner product is negated):
   cosine and inner product (data centred on the reference mean first, so the
   ``|x|^2 + |y|^2 - 2 x.y`` expansion does not cancel for data far from the
   origin), ``torch.cdist`` for the others.
-* ``exact_scores`` — per pair, one feature at a time in a fixed order, so a
-  pair's value never depends on tiling, batch size or device: this is the value
-  results are ranked by and reported from.
+* ``exact_scores`` — per pair, by direct differences reduced over the pair's
+  own features, so a pair's value does not depend on tiling or batch size:
+  this is the value results are ranked by and reported from.
 
 ``bounds`` gives, per query row, how far a tile score can be from the exact
 score (standard floating-point error bounds for dot products, with a safety
@@ -88,12 +88,15 @@ class Metric:
 
     # -- fast tile scores ----------------------------------------------------
     def tile_scores(self, Q: dict, R: dict) -> torch.Tensor:
-        """Scores of a (queries x references) tile from prepared rows (smaller = closer)."""
+        """Scores of a (queries x references) tile from prepared rows (smaller = closer).
+
+        For L2 the scores are exact up to a constant per query row (|q|^2 is
+        omitted), which changes neither the order nor score differences in a row.
+        """
         q, r = Q["rows"], R["rows"]
         if self.name in ("euclidean", "sqeuclidean"):
-            S = torch.addmm(R["sqnorm"][None, :], q, r.T, beta=1.0, alpha=-2.0)
-            S.add_(Q["sqnorm"][:, None])
-            return S
+            # |q|^2 is constant along a row, so it is left out: ranking needs one pass less
+            return torch.addmm(R["sqnorm"][None, :], q, r.T, beta=1.0, alpha=-2.0)
         if self.name == "cosine":
             return torch.addmm(torch.ones((), dtype=q.dtype, device=q.device), q, r.T, beta=1.0, alpha=-1.0)
         if self.name == "inner_product":
@@ -106,39 +109,28 @@ class Metric:
         """Exact scores of query ``Q[i]`` against each candidate ``Y[i, j]``.
 
         ``Q`` is (q, d), ``Y`` is (q, c, d) (or (1, c, d) to share candidates);
-        the result is (q, c). Features are accumulated one at a time, in order,
-        so the value of a pair is the same whatever else is in the batch.
+        the result is (q, c). Each pair is reduced over its own features by one
+        contiguous reduction, so its value does not depend on which other pairs
+        share the batch (tiling, chunking, candidate lists).
         """
-        d = Q.shape[1]
-        shape = (Q.shape[0], Y.shape[1])
-        acc = torch.zeros(shape, dtype=Q.dtype, device=Q.device)
+        Qb = Q[:, None, :]
         if self.name in ("cosine", "inner_product"):
-            nq = torch.zeros((Q.shape[0], 1), dtype=Q.dtype, device=Q.device)
-            ny = torch.zeros((Y.shape[0], Y.shape[1]), dtype=Q.dtype, device=Q.device)
-            for j in range(d):
-                qj, yj = Q[:, j : j + 1], Y[:, :, j]
-                acc.addcmul_(qj, yj)
-                if self.name == "cosine":
-                    nq.addcmul_(qj, qj)
-                    ny.addcmul_(yj, yj)
+            dot = (Qb * Y).sum(-1)
             if self.name == "inner_product":
-                return -acc
-            denom = torch.sqrt(nq) * torch.sqrt(ny)
-            cos = torch.where(denom > 0, acc / torch.where(denom > 0, denom, torch.ones_like(denom)), torch.zeros_like(acc))
+                return -dot
+            denom = torch.sqrt((Q * Q).sum(-1))[:, None] * torch.sqrt((Y * Y).sum(-1))
+            positive = denom > 0
+            cos = torch.where(positive, dot / torch.where(positive, denom, torch.ones_like(denom)), torch.zeros_like(dot))
             return 1.0 - cos
-        for j in range(d):
-            diff = Q[:, j : j + 1] - Y[:, :, j]
-            if self.name in ("euclidean", "sqeuclidean"):
-                acc.addcmul_(diff, diff)
-            elif self.name == "manhattan":
-                acc.add_(diff.abs())
-            elif self.name == "chebyshev":
-                torch.maximum(acc, diff.abs(), out=acc)
-            else:
-                acc.add_(diff.abs().pow(self.p))
-        if self.name == "minkowski":
-            acc = acc.pow(1.0 / self.p)
-        return acc
+        diff = Qb - Y
+        if self.name in ("euclidean", "sqeuclidean"):
+            return (diff * diff).sum(-1)
+        diff = diff.abs_()
+        if self.name == "manhattan":
+            return diff.sum(-1)
+        if self.name == "chebyshev":
+            return diff.amax(-1)
+        return diff.pow_(self.p).sum(-1).pow_(1.0 / self.p)
 
     def to_distance(self, scores: torch.Tensor) -> torch.Tensor:
         """Turn ranking scores into the distances users see."""

@@ -32,19 +32,26 @@ class TilePlan:
 
 
 def _tile_bytes(q: int, r: int, d: int, c: int, itemsize: int) -> int:
-    # the score tile, the top-k scratch torch may allocate (values + indices), the
+    # the score tile, its group minima and their top-k scratch (values + indices,
+    # an eighth of the tile: see gpumine.neighbors._engine._tile_candidates), the
     # running and new candidate lists, and the rows themselves
-    scores = q * r * (2 * itemsize + _INDEX_BYTES)
+    scores = q * r * (itemsize + (2 * itemsize + _INDEX_BYTES) // 8)
     candidates = 4 * q * c * (itemsize + _INDEX_BYTES)
     rows = (q + r) * (d + 2) * itemsize
     return scores + candidates + rows
 
 
+# Wide reference tiles keep the per-tile fixed costs (candidate merges) small
+# next to the tile's own work; queries are cut to fit the budget first.
+_MAX_REF_ROWS = 65536
+_MAX_QUERY_ROWS = 8192
+
+
 def plan_tiles(n_query: int, n_ref: int, n_features: int, n_candidates: int, itemsize: int, budget_bytes: int) -> TilePlan:
     """Choose tile sizes so one tile's temporaries stay under ``budget_bytes``.
 
-    Prefers whole reference sets (one pass per query block) and as many queries
-    as fit; with little memory, shrinks queries first, then references.
+    References are taken in wide tiles (up to 65,536 rows) and queries are cut
+    to fit; only when even a few queries do not fit are reference tiles narrowed.
 
     Examples
     --------
@@ -61,19 +68,26 @@ def plan_tiles(n_query: int, n_ref: int, n_features: int, n_candidates: int, ite
             f"working_memory={budget_bytes / 2**20:.3g} MiB is too small for even one query against "
             f"{min_ref} references with {n_features} features; raise working_memory to at least {need:.3g} MiB"
         )
-    q = min(n_query, 4096)
-    while q > 1 and _tile_bytes(q, min_ref, n_features, c, itemsize) > budget_bytes:
-        q //= 2
-    # largest reference block that fits next to q queries
-    per_ref = q * (2 * itemsize + _INDEX_BYTES) + (n_features + 2) * itemsize
-    fixed = _tile_bytes(q, 0, n_features, c, itemsize)
-    r = int(max(min_ref, min(n_ref, (budget_bytes - fixed) // per_ref)))
-    if r >= n_ref:
-        # whole reference set fits: grow the query block as far as memory allows
-        r = n_ref
-        while q < n_query and _tile_bytes(min(2 * q, n_query), r, n_features, c, itemsize) <= budget_bytes:
-            q = min(2 * q, n_query)
-    return TilePlan(query_rows=q, ref_rows=r, budget_bytes=budget_bytes)
+    q_cap = min(n_query, _MAX_QUERY_ROWS)
+    r = min(n_ref, max(_MAX_REF_ROWS, min_ref))
+    while True:
+        q = _largest_fitting_queries(q_cap, r, n_features, c, itemsize, budget_bytes)
+        # narrow the reference tile only when fewer than 64 queries would fit
+        if q >= min(q_cap, 64) or r == min_ref:
+            break
+        r = max(min_ref, r // 2)
+    return TilePlan(query_rows=max(q, 1), ref_rows=r, budget_bytes=budget_bytes)
+
+
+def _largest_fitting_queries(q_cap: int, r: int, d: int, c: int, itemsize: int, budget: int) -> int:
+    lo, hi = 0, q_cap  # binary search: tile bytes grow with q
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _tile_bytes(mid, r, d, c, itemsize) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def fits_on_device(n_bytes: int, device: torch.device, fraction: float = 0.5) -> bool:

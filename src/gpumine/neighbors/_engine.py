@@ -91,6 +91,32 @@ def _mask_self(scores: torch.Tensor, q0: int, r0: int) -> None:
         scores[ids - q0, ids - r0] = float("inf")
 
 
+_GROUP = 8  # columns per group in the two-stage tile selection
+
+
+def _tile_candidates(S: torch.Tensor, c: int):
+    """The ``c`` smallest entries of each row of a tile, as (values, columns), in any order.
+
+    Two stages so the expensive top-k runs on an eighth of the tile: the minimum
+    of every group of 8 columns, the ``c`` smallest group minima, then the best
+    ``c`` inside those groups. Every entry left out is at least the c-th value
+    kept, which is all the certificate needs.
+    """
+    q, r = S.shape
+    n_groups = r // _GROUP
+    if n_groups <= 2 * c:
+        return torch.topk(S, min(c, r), dim=1, largest=False, sorted=False)
+    body = n_groups * _GROUP
+    minima = S[:, :body].view(q, n_groups, _GROUP).amin(2)
+    groups = torch.topk(minima, c, dim=1, largest=False, sorted=False).indices
+    cols = (groups[:, :, None] * _GROUP + torch.arange(_GROUP, device=S.device)).reshape(q, c * _GROUP)
+    if body < r:
+        tail = torch.arange(body, r, device=S.device).expand(q, r - body)
+        cols = torch.cat([cols, tail], dim=1)
+    values, pos = torch.topk(S.gather(1, cols), c, dim=1, largest=False, sorted=False)
+    return values, cols.gather(1, pos)
+
+
 def _keep_best(values, index, new_values, new_index, c):
     """Best ``c`` of two candidate lists by tile score (ties arbitrary: the exact re-rank settles them)."""
     values = torch.cat([values, new_values], dim=1)
@@ -141,7 +167,7 @@ def knn_search(
             failed = (~certified).nonzero().squeeze(1)
             if failed.numel():
                 n_fallback += failed.numel()
-                f_scores, f_index = _exact_scan(Q[failed], q0 + failed, refs, metric, k, exclude_self)
+                f_scores, f_index = _exact_scan(Q[failed], q0 + failed, refs, metric, k, exclude_self, plan.budget_bytes)
                 scores[failed] = f_scores
                 index[failed] = f_index
             out_scores[q0 : q0 + Q.shape[0]] = scores.to(result_device)
@@ -162,8 +188,7 @@ def _candidates(Qp: dict, refs: _References, q0: int, c: int, exclude_self: bool
         S = refs.metric.tile_scores(Qp, Rp)
         if exclude_self:
             _mask_self(S, q0, r0)
-        cc = min(c, S.shape[1])
-        v, pos = torch.topk(S, cc, dim=1, largest=False, sorted=False)
+        v, pos = _tile_candidates(S, c)
         values, index = _keep_best(values, index, v, pos + r0, c)
     return values, index
 
@@ -196,19 +221,24 @@ def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, q0, exclu
     return scores, index, certified
 
 
-def _exact_scan(Q: torch.Tensor, query_ids: torch.Tensor, refs: _References, metric: Metric, k: int, exclude_self: bool):
+def _exact_scan(Q: torch.Tensor, query_ids: torch.Tensor, refs: _References, metric: Metric, k: int, exclude_self: bool, budget_bytes: int):
     """Top-k by per-pair exact scores over every reference (for rows the certificate could not settle)."""
-    q = Q.shape[0]
+    q, d = Q.shape
     best_v = torch.full((q, k), float("inf"), dtype=Q.dtype, device=Q.device)
     best_i = torch.full((q, k), PAD_INDEX, dtype=torch.int64, device=Q.device)
+    # the exact form holds (queries x references x features) temporaries
+    pair_budget = max(1, budget_bytes // (3 * (d + 2) * Q.element_size()))
     for r0, R in refs.raw_tiles():
-        S = metric.exact_scores(Q, R.unsqueeze(0))
-        if exclude_self:
-            cols = query_ids - r0
-            inside = (cols >= 0) & (cols < R.shape[0])
-            rows = inside.nonzero().squeeze(1)
-            S[rows, cols[rows]] = float("inf")
-        kk = min(k, S.shape[1])
-        v, col = topk_smallest(S, kk)
-        best_v, best_i = merge_topk(best_v, best_i, v, col + r0, k)
+        step = max(1, pair_budget // max(q, 1))
+        for s0 in range(0, R.shape[0], step):
+            part = R[s0 : s0 + step]
+            S = metric.exact_scores(Q, part.unsqueeze(0))
+            start = r0 + s0
+            if exclude_self:
+                cols = query_ids - start
+                inside = (cols >= 0) & (cols < part.shape[0])
+                rows = inside.nonzero().squeeze(1)
+                S[rows, cols[rows]] = float("inf")
+            v, col = topk_smallest(S, min(k, S.shape[1]))
+            best_v, best_i = merge_topk(best_v, best_i, v, col + start, k)
     return best_v, best_i

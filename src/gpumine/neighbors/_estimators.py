@@ -207,7 +207,7 @@ class NearestNeighbors(_KNeighborsBase):
     >>> from gpumine.neighbors import NearestNeighbors
     >>> nn = NearestNeighbors(n_neighbors=2, device="cpu").fit(np.array([[0.0], [1.0], [5.0]]))
     >>> nn.kneighbors(np.array([[0.9]]))
-    (array([[0.1, 0.9]], dtype=float32), array([[1, 0]]))
+    (array([[0.1, 0.9]]), array([[1, 0]]))
     """
 
     def fit(self, X, y=None):

@@ -1,0 +1,23 @@
+# The targets the README names. Set-up never pulls the multi-GB CUDA build of torch
+# onto a CPU machine: a torch that is already there (e.g. on a GPU machine) is kept,
+# and otherwise the local CPU build torch==2.13.0 is installed.
+PYTHON ?= python3
+
+.PHONY: install demo test test-gpu bench-knn
+
+install:
+	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install torch==2.13.0
+	$(PYTHON) -m pip install -q -e ".[test]"
+
+demo: install
+	$(PYTHON) -m gpumine demo
+
+test: install
+	$(PYTHON) -m pytest -q -m "not slow and not gpu" --doctest-modules tests src/gpumine
+
+# on a machine with a CUDA GPU
+test-gpu:
+	$(PYTHON) -m pytest -q -m gpu
+
+bench-knn:
+	$(PYTHON) -m gpumine bench knn --out benchmarks/results/knn.json --markdown benchmarks/results/knn.md

@@ -1,0 +1,275 @@
+"""The ``gpumine`` command line: knn, info, demo, bench (and the counting commands when present).
+
+Exit codes: 0 success; 2 bad usage or bad input, with a one-line reason on stderr.
+Result files are written to a temporary name and renamed, so a failed run never
+leaves a partial file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import platform
+import sys
+import time
+
+import numpy as np
+
+__all__ = ["main", "build_parser"]
+
+
+class UsageError(Exception):
+    """Bad usage or input: reported on one line, exit code 2."""
+
+
+def _add_device_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"], help="kernel implementation (default: auto)")
+    parser.add_argument("--working-memory", type=float, default=None, metavar="MIB", help="MiB for one tile's temporaries")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary on stderr")
+
+
+def _label_column(text):
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+# -- knn -------------------------------------------------------------------------------
+def _add_knn(sub) -> None:
+    p = sub.add_parser(
+        "knn",
+        help="exact k-nearest neighbours: classify, regress or list neighbours",
+        description=(
+            "Fit on TRAIN and answer for QUERY (or for TRAIN itself, each point excluded from its own "
+            "neighbours, when QUERY is omitted). With --label-column the task is classification "
+            "(or regression with --task regress); without, the neighbours themselves are written."
+        ),
+    )
+    p.add_argument("train", help="training data: .csv[.gz], .parquet, .npy or .npz")
+    p.add_argument("query", nargs="?", help="query data (same columns; its label column, if present, gives the accuracy)")
+    p.add_argument("-k", "--k", type=int, default=5, help="neighbours per query (default 5)")
+    p.add_argument("--metric", default="euclidean", help="euclidean, sqeuclidean, manhattan, chebyshev, minkowski, cosine, inner_product")
+    p.add_argument("--p", type=float, default=None, help="power for --metric minkowski")
+    p.add_argument("--label-column", default=None, help="label column of TRAIN (index, negative from the end, or header name)")
+    p.add_argument("--task", default="auto", choices=["auto", "classify", "regress", "neighbors"])
+    p.add_argument("--weights", default="uniform", choices=["uniform", "distance"])
+    p.add_argument("--header", default="infer", choices=["infer", "yes", "no"], help="CSV header row (default: infer)")
+    p.add_argument("-o", "--output", default=None, help="write results to .csv, .json or .npy (default: CSV on stdout)")
+    _add_device_options(p)
+    p.set_defaults(func=_run_knn)
+
+
+def _read(path, label_column, header):
+    from .data import read_table
+
+    kwargs = {"label_column": label_column}
+    if str(path).lower().split(".gz")[0].endswith((".csv", ".tsv", ".txt", ".data", ".dat")):
+        kwargs["header"] = {"infer": "infer", "yes": True, "no": False}[header]
+    return read_table(path, **kwargs)
+
+
+def _run_knn(args) -> int:
+    from .data import write_result
+    from .neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
+
+    label_column = _label_column(args.label_column)
+    task = args.task
+    if task == "auto":
+        task = "classify" if label_column is not None else "neighbors"
+    if task in ("classify", "regress") and label_column is None:
+        raise UsageError(f"--task {task} needs --label-column to say which TRAIN column holds the target")
+    if task == "neighbors" and label_column is not None and args.task == "neighbors":
+        pass  # labels are read and ignored
+    train = _read(args.train, label_column, args.header)
+    X_train, y_train = train if label_column is not None else (train, None)
+    y_query = None
+    X_query = None
+    if args.query is not None:
+        n_features = X_train.shape[1]
+        query_all = _read(args.query, None, args.header)
+        query_all = np.atleast_2d(query_all)
+        if label_column is not None and query_all.shape[1] == n_features + 1:
+            query = _read(args.query, label_column, args.header)
+            X_query, y_query = query
+        else:
+            X_query = query_all
+    common = dict(
+        n_neighbors=args.k, metric=args.metric, p=2 if args.p is None else args.p, device=args.device,
+        backend=args.backend, working_memory=args.working_memory, verbose=0 if args.quiet else None,
+    )
+    start = time.perf_counter()
+    if task == "neighbors":
+        model = NearestNeighbors(**common).fit(X_train)
+        dist, index = model.kneighbors(X_query)
+        columns = {"index": index, "distance": dist}
+    else:
+        if X_query is None:
+            raise UsageError(f"--task {task} needs a QUERY file to predict")
+        cls = KNeighborsClassifier if task == "classify" else KNeighborsRegressor
+        model = cls(weights=args.weights, **common).fit(X_train, y_train)
+        pred = model.predict(X_query)
+        columns = {"prediction": pred}
+        if y_query is not None:
+            columns["label"] = y_query
+    seconds = time.perf_counter() - start
+    if args.output:
+        write_result(args.output, columns)
+    else:
+        _write_csv_stdout(columns)
+    if not args.quiet:
+        n = next(iter(columns.values())).shape[0]
+        msg = f"gpumine knn: {n} rows, k={args.k}, metric={model.effective_metric_}, device={model.device_}, {seconds:.3f} s"
+        if y_query is not None and task == "classify":
+            msg += f", accuracy={np.mean(np.asarray(pred) == np.asarray(y_query)):.4f}"
+        if args.output:
+            msg += f", written to {args.output}"
+        print(msg, file=sys.stderr)
+    return 0
+
+
+def _write_csv_stdout(columns) -> None:
+    names, blocks = [], []
+    for name, values in columns.items():
+        values = np.asarray(values)
+        if values.ndim == 1:
+            names.append(name)
+            blocks.append(values[:, None])
+        else:
+            names.extend(f"{name}_{j}" for j in range(values.shape[1]))
+            blocks.append(values)
+    out = sys.stdout
+    out.write(",".join(names) + "\n")
+    n = blocks[0].shape[0]
+    for i in range(n):
+        out.write(",".join(str(v) for block in blocks for v in block[i].tolist()) + "\n")
+
+
+# -- info ------------------------------------------------------------------------------
+def _add_info(sub) -> None:
+    p = sub.add_parser("info", help="devices, backends and versions")
+    p.set_defaults(func=_run_info)
+
+
+def _version(module: str) -> str:
+    try:
+        return importlib.import_module(module).__version__
+    except Exception:  # noqa: BLE001 - any import failure means "not available"
+        return "not installed"
+
+
+def _run_info(args) -> int:
+    import torch
+
+    from . import __version__
+    from .config import get_config, resolve_backend, resolve_device
+
+    print(f"gpumine {__version__}")
+    print(f"python {platform.python_version()} on {platform.system()} {platform.machine()}")
+    for module in ("torch", "triton", "numpy", "scipy", "pandas", "sklearn"):
+        print(f"{module:8s} {_version(module)}")
+    print(f"cuda     {'available' if torch.cuda.is_available() else 'not available'} (torch built with CUDA {torch.version.cuda})")
+    for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
+        prop = torch.cuda.get_device_properties(i)
+        print(f"  cuda:{i} {prop.name}, {prop.total_memory / 2**30:.1f} GiB, {prop.multi_processor_count} SMs")
+    device = resolve_device("auto")
+    print(f"auto device: {device}; kNN backend: {resolve_backend('auto', device, has_triton_kernel=False)}")
+    print(f"config: {get_config()}")
+    return 0
+
+
+# -- demo ------------------------------------------------------------------------------
+def _add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="classify a shipped real data sample (Covertype) and time each device")
+    p.add_argument("-k", "--k", type=int, default=5)
+    p.add_argument("--device", action="append", default=None, help="device(s) to time (default: cpu and every GPU)")
+    p.set_defaults(func=_run_demo)
+
+
+def _run_demo(args) -> int:
+    import torch
+    from sklearn.neighbors import KNeighborsClassifier as SkKNN
+
+    from .data import load_covtype_sample
+    from .neighbors import KNeighborsClassifier
+
+    X, y = load_covtype_sample(n_features=10)
+    X = (X - X.mean(0)) / X.std(0)
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(X))
+    cut = int(0.8 * len(X))
+    tr, te = order[:cut], order[cut:]
+    devices = args.device or ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    print(f"Covertype sample (UCI, CC BY 4.0): {len(tr)} training and {len(te)} test rows, 10 features, "
+          f"{len(np.unique(y))} classes; k={args.k}, exact euclidean kNN")
+    print(f"{'implementation':28s} {'accuracy':>9s} {'fit+predict':>12s}")
+    for device in devices:
+        model = KNeighborsClassifier(args.k, device=device, verbose=0)
+        model.fit(X[tr], y[tr]).predict(X[te][:10])  # warm-up (allocations, kernels)
+        start = time.perf_counter()
+        pred = model.fit(X[tr], y[tr]).predict(X[te])
+        seconds = time.perf_counter() - start
+        print(f"{'gpumine ' + str(model.device_):28s} {np.mean(pred == y[te]):9.4f} {seconds * 1e3:10.1f} ms")
+    start = time.perf_counter()
+    pred = SkKNN(args.k, algorithm="brute").fit(X[tr], y[tr]).predict(X[te])
+    seconds = time.perf_counter() - start
+    print(f"{'scikit-learn (brute)':28s} {np.mean(pred == y[te]):9.4f} {seconds * 1e3:10.1f} ms")
+    return 0
+
+
+# -- bench -----------------------------------------------------------------------------
+def _add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="run a benchmark suite (knn), side by side with peers", add_help=False)
+    p.add_argument("suite", choices=["knn"], help="which benchmark")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="options of the suite (see gpumine bench knn --help)")
+    p.set_defaults(func=_run_bench)
+
+
+def _run_bench(args) -> int:
+    module = importlib.import_module(f"gpumine.bench.{args.suite}")
+    return int(module.main(args.rest) or 0)
+
+
+# -- entry point -------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpumine", description="Exact data mining on the GPU, with the same results on the CPU.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    _add_knn(sub)
+    _add_info(sub)
+    _add_demo(sub)
+    _add_bench(sub)
+    for module in ("gpumine.counting._cli",):
+        try:
+            commands = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        commands.register(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"gpumine {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError, OSError) as exc:
+        reason = " ".join(str(exc).split())
+        print(f"gpumine {args.command}: error: {reason}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"gpumine {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,927 @@
+"""Readers for tabular files: delimited text (plain or gzip), Parquet, NumPy.
+
+Every reader returns NumPy arrays, never tensors: turning data into tensors on
+a device is the estimators' job (see ``gpumine._validation``).
+
+Delimited text is read in two passes. A light first pass finds the
+delimiter, the header and any row whose number of fields differs from the
+first row's (vectorised over blocks of bytes), so that errors can name the
+exact line a text editor shows. The second pass hands the file to pandas' C
+parser for speed; when it refuses a cell, the cell is located and reported by
+line and column.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import gzip
+import os
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["read_csv", "read_parquet", "read_npy", "read_npz", "read_table"]
+
+WHITESPACE = r"\s+"
+_GZIP_MAGIC = b"\x1f\x8b"
+# Rows after the first one that the header sniffer looks at.
+_SNIFF_ROWS = 20
+# Cells that mark a missing value: pandas' defaults. They say nothing about
+# whether the first row is a header, and they become NaN in feature columns.
+_MISSING_MARKERS = frozenset(
+    ["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND",
+     "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"]
+)
+
+ColumnSpec = int | str
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What the first pass learned about a delimited file."""
+
+    path: Path
+    encoding: str
+    compressed: bool
+    delimiter: str | None  # None: runs of whitespace
+    n_fields: int
+    header_line: int | None  # 1-based line number of the header row
+    names: list[str] | None
+    n_rows: int
+
+
+# --------------------------------------------------------------------------
+# small helpers
+# --------------------------------------------------------------------------
+
+
+def _is_gzip(path: Path) -> bool:
+    # Check the magic bytes rather than the suffix: ``covtype.data`` files are
+    # sometimes gzip-compressed under their plain name after a download.
+    with open(path, "rb") as fh:
+        return fh.read(2) == _GZIP_MAGIC
+
+
+def _sniff_delimiter(line: str) -> str | None:
+    for candidate in (",", "\t", ";", "|"):
+        if candidate in line:
+            return candidate
+    return None
+
+
+def _split_fields(line: str, delimiter: str | None) -> list[str]:
+    if delimiter is None:
+        return line.split()
+    if '"' in line:
+        return next(csv.reader([line], delimiter=delimiter))
+    return line.split(delimiter)
+
+
+def _count_fields(line: str, delimiter: str | None) -> int:
+    # The fast path (count the delimiter) is exact whenever no field is
+    # quoted; quoted lines go through the csv module.
+    if delimiter is None:
+        return len(line.split())
+    if '"' in line:
+        return len(next(csv.reader([line], delimiter=delimiter)))
+    return line.count(delimiter) + 1
+
+
+def _looks_numeric(cell: str) -> bool:
+    cell = cell.strip()
+    if cell in _MISSING_MARKERS:
+        return True
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _infer_header(rows: list[list[str]]) -> bool:
+    """Decide whether the first of ``rows`` is a header.
+
+    The first row is a header when one of its cells is text while every
+    following sampled row holds a number in that column. Comparing with later
+    rows (not just "is the first row numeric?") keeps files such as KDD Cup
+    99, whose data rows hold text columns, from losing their first row.
+    """
+    first, rest = rows[0], rows[1:]
+    text_columns = [j for j, cell in enumerate(first) if not _looks_numeric(cell)]
+    if not text_columns:
+        return False
+    if not rest:
+        return len(text_columns) == len(first)
+    return any(all(j < len(row) and _looks_numeric(row[j]) for row in rest) for j in text_columns)
+
+
+def _describe_delimiter(delimiter: str | None) -> str:
+    names = {",": "comma", "\t": "tab", ";": "semicolon", "|": "pipe", " ": "space"}
+    if delimiter is None:
+        return "whitespace"
+    return names.get(delimiter, repr(delimiter))
+
+
+def _check_delimiter(delimiter) -> str | None:
+    if delimiter is None or delimiter == WHITESPACE:
+        return delimiter
+    if isinstance(delimiter, str) and len(delimiter) == 1 and delimiter not in "\r\n\"":
+        return delimiter
+    raise ValueError(
+        f"delimiter must be None (detect), r'\\s+' (runs of whitespace) or one character "
+        f"other than a quote or newline; got {delimiter!r}."
+    )
+
+
+def _check_header(header) -> str | bool:
+    if header == "infer" or isinstance(header, bool):
+        return header
+    if header is None:
+        return False
+    raise ValueError(f"header must be 'infer', True or False; got {header!r}.")
+
+
+# --------------------------------------------------------------------------
+# pass 1: structure
+# --------------------------------------------------------------------------
+
+# Bytes that str.split() and str.strip() treat as whitespace in ASCII text.
+_WHITESPACE_BYTES = np.zeros(256, dtype=bool)
+_WHITESPACE_BYTES[list(b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f")] = True
+# Encodings in which every ASCII byte means its ASCII character, so counting
+# delimiter and newline bytes counts characters.
+_ASCII_COMPATIBLE = frozenset(
+    ["utf-8", "utf-8-sig", "ascii", "latin-1", "iso8859-1", "iso8859-15", "cp1252"]
+)
+_BLOCK_BYTES = 1 << 22
+
+
+def _binary_stream(path: Path, compressed: bool):
+    return gzip.open(path, "rb") if compressed else open(path, "rb")
+
+
+def _read_head(path: Path, encoding: str, compressed: bool) -> list[tuple[int, str]]:
+    """The first non-blank lines (up to 1 + _SNIFF_ROWS) with their line numbers."""
+    head: list[tuple[int, str]] = []
+    with _binary_stream(path, compressed) as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            line = raw.decode(encoding, errors="replace").rstrip("\r\n")
+            if lineno == 1 and line.startswith("\ufeff"):  # byte-order mark
+                line = line[1:]
+            if line.strip():
+                head.append((lineno, line))
+                if len(head) > _SNIFF_ROWS:
+                    break
+    return head
+
+
+def _blocks(stream):
+    """Yield chunks of the byte stream that end at a newline (the last may not)."""
+    carry = b""
+    while chunk := stream.read(_BLOCK_BYTES):
+        data = carry + chunk
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            carry = data
+            continue
+        carry = data[cut:]
+        yield data[:cut]
+    if carry:
+        yield carry
+
+
+def _block_field_counts(block: bytes, delimiter: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per line of ``block``: number of fields, and whether the line is non-blank.
+
+    Vectorised: find the positions of the bytes that matter (delimiters,
+    whitespace) and count them per line by binary search against the line
+    ends. Valid for ASCII-compatible encodings and blocks without quotes.
+    """
+    data = np.frombuffer(block, dtype=np.uint8)
+    ends = np.flatnonzero(data == 10)
+    if not block.endswith(b"\n"):
+        ends = np.append(ends, data.size)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+
+    def per_line(positions: np.ndarray) -> np.ndarray:
+        return np.searchsorted(positions, ends) - np.searchsorted(positions, starts)
+
+    space = _WHITESPACE_BYTES[data]
+    nonblank = (ends - starts) - per_line(np.flatnonzero(space)) > 0
+    if delimiter is None:
+        # A field starts at a non-space byte that follows a space (or the block start).
+        field_starts = ~space
+        field_starts[1:] &= space[:-1]
+        return per_line(np.flatnonzero(field_starts)), nonblank
+    return per_line(np.flatnonzero(data == ord(delimiter))) + 1, nonblank
+
+
+def _text_field_counts(text: str, delimiter: str | None) -> tuple[np.ndarray, np.ndarray]:
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    nonblank = np.array([bool(line.strip()) for line in lines], dtype=bool)
+    counts = np.array(
+        [
+            _count_fields(line.rstrip("\r"), delimiter) if keep else 0
+            for line, keep in zip(lines, nonblank)
+        ],
+        dtype=np.int64,
+    )
+    return counts, nonblank
+
+
+def _count_rows(path, compressed, encoding, delimiter, n_fields, first_line) -> int:
+    """Count non-blank lines, raising at the first whose field count differs from line 1's."""
+    vectorised = codecs.lookup(encoding).name in _ASCII_COMPATIBLE and (
+        delimiter is None or len(delimiter.encode(encoding)) == 1
+    )
+    lines_before = 0
+    n_nonblank = 0
+    with _binary_stream(path, compressed) as stream:
+        for block in _blocks(stream):
+            try:
+                text = block.decode(encoding)
+            except UnicodeDecodeError as exc:
+                line = lines_before + block.count(b"\n", 0, exc.start) + 1
+                raise ValueError(
+                    f"{path}, line {line}: not valid {encoding} text ({exc.reason}); pass "
+                    "encoding= with the file's real encoding (e.g. encoding='latin-1')."
+                ) from None
+            if vectorised and b'"' not in block:
+                counts, nonblank = _block_field_counts(block, delimiter)
+            else:
+                counts, nonblank = _text_field_counts(text, delimiter)
+            ragged = np.flatnonzero(nonblank & (counts != n_fields))
+            if ragged.size:
+                line = lines_before + int(ragged[0]) + 1
+                raise ValueError(
+                    f"{path}, line {line}: found {int(counts[ragged[0]])} fields but line "
+                    f"{first_line} has {n_fields} ({_describe_delimiter(delimiter)}-separated). "
+                    f"Every row needs the same number of fields: fix or delete line {line}, or "
+                    "pass the right delimiter= if the file uses another separator."
+                )
+            n_nonblank += int(nonblank.sum())
+            lines_before += len(counts)
+    return n_nonblank
+
+
+def _scan(path: Path, *, delimiter, header, encoding: str) -> _Layout:
+    if codecs.lookup(encoding).name.startswith(("utf-16", "utf-32")):
+        # Lines are found by their b"\n" bytes, which these encodings do not keep whole.
+        raise ValueError(
+            f"encoding={encoding!r} is not supported for {path}; convert the file to UTF-8 "
+            "(e.g. iconv -f UTF-16 -t UTF-8)."
+        )
+    compressed = _is_gzip(path)
+    try:
+        head = _read_head(path, encoding, compressed)
+        if not head:
+            raise ValueError(
+                f"{path}: the file is empty (no non-blank lines); expected rows of delimited "
+                "numbers."
+            )
+        first_line, first_text = head[0]
+        if delimiter is None:
+            delimiter = _sniff_delimiter(first_text)
+        elif delimiter == WHITESPACE:
+            delimiter = None
+        sample = [_split_fields(text, delimiter) for _, text in head]
+        n_fields = len(sample[0])
+        n_nonblank = _count_rows(path, compressed, encoding, delimiter, n_fields, first_line)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise ValueError(
+            f"{path}: the gzip stream is damaged or cut short ({exc}); download the file again."
+        ) from None
+
+    has_header = _infer_header(sample) if header == "infer" else header
+    names = [name.strip() for name in sample[0]] if has_header else None
+    n_rows = n_nonblank - (1 if has_header else 0)
+    if n_rows == 0:
+        raise ValueError(
+            f"{path}: line {first_line} is a header ({', '.join(names[:5])}"
+            f"{', ...' if len(names) > 5 else ''}) and no data rows follow it; add data rows, "
+            "or pass header=False if that line is data."
+        )
+    return _Layout(
+        path=path,
+        encoding=encoding,
+        compressed=compressed,
+        delimiter=delimiter,
+        n_fields=n_fields,
+        header_line=first_line if has_header else None,
+        names=names,
+        n_rows=n_rows,
+    )
+
+
+def _line_of_row(layout: _Layout, row: int) -> int:
+    """1-based line number of data row ``row`` (0-based), counting blank lines."""
+    seen = -1
+    with _binary_stream(layout.path, layout.compressed) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip() or lineno == layout.header_line:
+                continue
+            seen += 1
+            if seen == row:
+                return lineno
+    raise RuntimeError(f"row {row} not found in {layout.path}")  # unreachable after _scan
+
+
+# --------------------------------------------------------------------------
+# pass 2: values
+# --------------------------------------------------------------------------
+
+
+def _read_frame(layout: _Layout, dtypes: Mapping[int, object], na_values) -> pd.DataFrame:
+    return pd.read_csv(
+        layout.path,
+        sep=WHITESPACE if layout.delimiter is None else layout.delimiter,
+        header=None,
+        names=list(range(layout.n_fields)),
+        # skiprows counts raw lines: the header line and any blank lines above it.
+        skiprows=layout.header_line or 0,
+        dtype=dict(dtypes),
+        na_values=na_values,
+        encoding=layout.encoding,
+        compression="gzip" if layout.compressed else None,
+        skip_blank_lines=True,
+        low_memory=False,
+        engine="c",
+    )
+
+
+def _column_label(layout: _Layout, column: int) -> str:
+    label = f"column index {column}"
+    if layout.names is not None:
+        label += f" ({layout.names[column]!r})"
+    return label
+
+
+def _resolve_column(spec, layout: _Layout, parameter: str) -> int:
+    n = layout.n_fields
+    if isinstance(spec, bool) or not isinstance(spec, int | np.integer | str):
+        raise TypeError(
+            f"{parameter} must be a column index (int) or a header name (str); got "
+            f"{type(spec).__name__} {spec!r}."
+        )
+    if isinstance(spec, str):
+        if layout.names is None:
+            raise ValueError(
+                f"{parameter}={spec!r} names a column, but {layout.path} has no header row "
+                "(header=False, or its first line looks like data); pass the column's integer "
+                "index instead, or header=True if the first line is a header."
+            )
+        matches = [j for j, name in enumerate(layout.names) if name == spec]
+        if not matches:
+            shown = ", ".join(repr(name) for name in layout.names[:12])
+            more = f", ... ({len(layout.names)} in all)" if len(layout.names) > 12 else ""
+            raise ValueError(
+                f"{parameter}={spec!r} is not a column of {layout.path}; its header has "
+                f"{shown}{more}. Pass one of these names or an integer index."
+            )
+        if len(matches) > 1:
+            raise ValueError(
+                f"{parameter}={spec!r} matches columns {matches} of {layout.path}; pass the "
+                "integer index of the one you mean."
+            )
+        return matches[0]
+    index = int(spec)
+    if not -n <= index < n:
+        raise ValueError(
+            f"{parameter}={index} is out of range: {layout.path} has {n} columns, so valid "
+            f"indices are {-n}..{n - 1}."
+        )
+    return index % n
+
+
+def _first_bad_cell(layout: _Layout, columns: Sequence[int], na_values, exc: Exception):
+    """Find the first non-numeric cell after pandas refused to parse a float column."""
+    try:
+        frame = _read_frame(layout, {c: str for c in columns}, na_values)
+    except ValueError:  # not a number problem after all (e.g. a quote left open)
+        return ValueError(f"{layout.path}: {exc}")
+    best = None
+    for column in columns:
+        text = frame[column]
+        numbers = pd.to_numeric(text.str.strip(), errors="coerce")
+        bad = np.flatnonzero((numbers.isna() & text.notna()).to_numpy())
+        if bad.size and (best is None or bad[0] < best[0]):
+            best = (int(bad[0]), column, text.iloc[bad[0]])
+    if best is None:
+        return ValueError(f"{layout.path}: {exc}")
+    row, column, value = best
+    return ValueError(
+        f"{layout.path}, line {_line_of_row(layout, row)}, {_column_label(layout, column)}: "
+        f"{value!r} is not a number. Feature columns must be numeric: pick this column as "
+        "label_column, encode it with categorical_columns={index: [categories...]}, or fix "
+        "the file."
+    )
+
+
+def _labels_from_text(text: pd.Series, where) -> np.ndarray:
+    """Labels as their natural dtype: int64 if all integral, float64, else str."""
+    missing = np.flatnonzero(text.isna().to_numpy())
+    if missing.size:
+        raise ValueError(
+            f"{where(int(missing[0]))}: the label cell is empty or a missing-value marker; "
+            "every row needs a label (fill it in, or drop the row)."
+        )
+    stripped = text.str.strip()
+    try:
+        # errors="raise" stops at the first text label, fast for "normal." etc.
+        numbers = pd.to_numeric(stripped)
+    except (ValueError, TypeError):
+        return np.asarray(stripped.to_numpy(dtype=object), dtype=str)
+    return _integral_if_possible(numbers.to_numpy())
+
+
+def _integral_if_possible(values: np.ndarray) -> np.ndarray:
+    if values.dtype.kind in "iu":
+        return values.astype(np.int64, copy=False)
+    values = values.astype(np.float64, copy=False)
+    if (
+        values.size
+        and np.isfinite(values).all()
+        and np.abs(values).max() < 2.0**63
+        and (values == np.round(values)).all()
+    ):
+        return values.astype(np.int64)
+    return values
+
+
+class _FeatureMatrix:
+    """Collects feature columns into ``X`` of the requested dtype.
+
+    Columns go into a Fortran-order array (contiguous writes) and one final
+    copy makes it C-contiguous; filling a C-order array column by column is
+    several times slower. Integer dtypes are checked to lose nothing.
+    """
+
+    def __init__(self, n_rows: int, n_columns: int, dtype, describe: str):
+        self.dtype = np.dtype(dtype)
+        if self.dtype.kind not in "fiub":
+            raise ValueError(f"dtype must be a float or integer NumPy dtype; got {self.dtype}.")
+        self.describe = describe
+        self.values = np.empty((n_rows, n_columns), dtype=self.dtype, order="F")
+
+    def set(self, position: int, column: np.ndarray, name: str) -> None:
+        if self.dtype.kind != "f" and (
+            not np.isfinite(column).all() or (column != np.round(column)).any()
+        ):
+            raise ValueError(
+                f"{self.describe}, {name}: dtype={self.dtype} asks for integers but the column "
+                "holds missing or fractional values; use a float dtype."
+            )
+        if self.dtype.kind in "iu" and column.size:
+            limits = np.iinfo(self.dtype)
+            if column.min() < limits.min or column.max() > limits.max:
+                raise ValueError(
+                    f"{self.describe}, {name}: values span {column.min():g}..{column.max():g}, "
+                    f"outside dtype={self.dtype} ({limits.min}..{limits.max}); use a wider dtype."
+                )
+        self.values[:, position] = column
+
+    def result(self) -> np.ndarray:
+        return np.ascontiguousarray(self.values)
+
+
+def _read_delimited(
+    path,
+    *,
+    label_column=None,
+    header="infer",
+    delimiter=None,
+    dtype=np.float32,
+    categorical_columns=None,
+    na_values=None,
+    encoding="utf-8",
+    expected_fields: int | None = None,
+    what: str | None = None,
+):
+    """Shared body of :func:`read_csv` and the dataset loaders.
+
+    ``expected_fields`` and ``what`` let a loader say "covtype.data has 55
+    columns" instead of a generic out-of-range message.
+    """
+    path = Path(os.fspath(path))
+    layout = _scan(
+        path,
+        delimiter=_check_delimiter(delimiter),
+        header=_check_header(header),
+        encoding=encoding,
+    )
+    if expected_fields is not None and layout.n_fields != expected_fields:
+        raise ValueError(
+            f"{path}: expected {expected_fields} {_describe_delimiter(layout.delimiter)}-"
+            f"separated columns as in {what}, found {layout.n_fields}; is this the right file?"
+        )
+    label = None if label_column is None else _resolve_column(label_column, layout, "label_column")
+    categories: dict[int, list[str]] = {}
+    for spec, cats in (categorical_columns or {}).items():
+        column = _resolve_column(spec, layout, "categorical_columns")
+        if column == label:
+            raise ValueError(
+                f"categorical_columns names column {column}, which is also label_column; the "
+                "label is returned as is, so leave it out of categorical_columns."
+            )
+        categories[column] = [str(c) for c in cats]
+
+    features = [j for j in range(layout.n_fields) if j != label]
+    numeric = [j for j in features if j not in categories]
+    dtypes: dict[int, object] = {j: np.float64 for j in numeric}
+    dtypes.update({j: str for j in categories})
+    if label is not None:
+        dtypes[label] = str
+    try:
+        frame = _read_frame(layout, dtypes, na_values)
+    except ValueError as exc:
+        raise _first_bad_cell(layout, numeric, na_values, exc) from None
+    if len(frame) != layout.n_rows:  # pandas and the scan disagree on rows: never guess
+        raise ValueError(
+            f"{path}: read {len(frame)} data rows but counted {layout.n_rows} non-blank lines; "
+            "the file probably holds quoted fields that span lines, which are not supported."
+        )
+
+    def where(row: int) -> str:
+        return f"{path}, line {_line_of_row(layout, row)}"
+
+    X = _FeatureMatrix(layout.n_rows, len(features), dtype, str(path))
+    for position, column in enumerate(features):
+        if column in categories:
+            values = _encode_categories(
+                frame[column], categories[column], where, _column_label(layout, column)
+            )
+        else:
+            values = frame[column].to_numpy(dtype=np.float64, na_value=np.nan)
+        X.set(position, values, _column_label(layout, column))
+    X = X.result()
+    if label is None:
+        return X
+    return X, _labels_from_text(frame[label], where)
+
+
+def _encode_categories(text: pd.Series, categories: list[str], where, column: str) -> np.ndarray:
+    codes = pd.Index(categories).get_indexer(text.str.strip())
+    unknown = np.flatnonzero(codes < 0)
+    if unknown.size:
+        row = int(unknown[0])
+        shown = ", ".join(repr(c) for c in categories[:10])
+        more = f", ... ({len(categories)} in all)" if len(categories) > 10 else ""
+        raise ValueError(
+            f"{where(row)}, {column}: {text.iloc[row]!r} is not one of the known categories "
+            f"({shown}{more}); add it to that column's categories."
+        )
+    return codes
+
+
+# --------------------------------------------------------------------------
+# public readers
+# --------------------------------------------------------------------------
+
+
+def read_csv(
+    path,
+    *,
+    label_column: ColumnSpec | None = None,
+    header="infer",
+    delimiter: str | None = None,
+    dtype=np.float32,
+    categorical_columns: Mapping[ColumnSpec, Sequence[str]] | None = None,
+    na_values: Sequence[str] | None = None,
+    encoding: str = "utf-8",
+):
+    """Read a delimited text file (optionally gzip-compressed) into NumPy arrays.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file. Gzip compression is recognised by its magic bytes, so both
+        ``x.csv.gz`` and a compressed file without the suffix work.
+    label_column : int or str, optional
+        The column holding the labels: an index (negative counts from the
+        end) or a header name. When given, it is left out of ``X`` and
+        returned as ``y``.
+    header : {"infer", True, False}, default "infer"
+        Whether the first non-blank line is a header. ``"infer"`` treats it as
+        a header when one of its cells is text while the rows below hold
+        numbers in that column (so files whose data rows contain text, like
+        KDD Cup 99, are read without losing a row).
+    delimiter : str, optional
+        One character, or ``r"\\s+"`` for runs of whitespace. Default: the
+        first of comma, tab, semicolon and ``|`` found on the first line, else
+        whitespace.
+    dtype : NumPy dtype, default float32
+        Dtype of ``X``. Integer dtypes are allowed when every value is integral.
+    categorical_columns : mapping of column to list of str, optional
+        Text columns to encode as integer codes: the code of a value is its
+        position in the given list. A value not in the list is an error.
+    na_values : sequence of str, optional
+        Extra markers of missing values (e.g. ``["?"]``), on top of pandas'
+        defaults (empty cell, ``NA``, ``nan``, ...). Missing feature cells
+        become NaN; the estimators reject NaN, so impute or drop them first.
+    encoding : str, default "utf-8"
+        Text encoding.
+
+    Returns
+    -------
+    X : ndarray of shape (n_rows, n_features)
+        C-contiguous, of ``dtype``.
+    y : ndarray of shape (n_rows,)
+        Only when ``label_column`` is given: int64 if every label is an
+        integer, float64 if numeric otherwise, else str (e.g. ``"normal."``).
+
+    Raises
+    ------
+    ValueError
+        Naming the file and the 1-based line, as a text editor shows it, for
+        ragged rows, non-numeric feature cells, unknown categories, empty
+        files, header-only files, missing labels; and for unknown label names
+        or out-of-range indices.
+
+    Notes
+    -----
+    Cells reading ``True``/``False`` in feature columns are parsed as 1/0
+    (pandas' parser does so). Quoted fields may contain the delimiter but not
+    line breaks.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "toy.csv").write_text("x,y,kind\\n1,2,a\\n3,4,b\\n")
+    >>> X, y = read_csv(folder / "toy.csv", label_column="kind")
+    >>> X
+    array([[1., 2.],
+           [3., 4.]], dtype=float32)
+    >>> y.tolist()
+    ['a', 'b']
+    """
+    return _read_delimited(
+        path,
+        label_column=label_column,
+        header=header,
+        delimiter=delimiter,
+        dtype=dtype,
+        categorical_columns=categorical_columns,
+        na_values=na_values,
+        encoding=encoding,
+    )
+
+
+def _labels_from_typed(series: pd.Series, describe) -> np.ndarray:
+    missing = np.flatnonzero(series.isna().to_numpy())
+    if missing.size:
+        raise ValueError(
+            f"{describe}, row {int(missing[0])} (0-based): the label is missing; every row "
+            "needs a label."
+        )
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        series = series.astype(str)
+    if pd.api.types.is_bool_dtype(series.dtype):
+        return series.to_numpy(dtype=bool)
+    if pd.api.types.is_numeric_dtype(series.dtype):
+        return _integral_if_possible(series.to_numpy())
+    return np.asarray(series.to_numpy(dtype=object), dtype=str)
+
+
+def read_parquet(path, *, label_column: ColumnSpec | None = None, dtype=np.float32):
+    """Read a Parquet file into NumPy arrays (needs pyarrow).
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file.
+    label_column : int or str, optional
+        Label column by name or index (negative counts from the end).
+    dtype : NumPy dtype, default float32
+        Dtype of ``X``.
+
+    Returns
+    -------
+    X : ndarray of shape (n_rows, n_features)
+    y : ndarray of shape (n_rows,)
+        Only when ``label_column`` is given. Strings and categoricals become
+        str, integral numbers int64, other numbers float64, booleans bool.
+
+    Raises
+    ------
+    ValueError
+        If a feature column is not numeric or boolean, or the label column is
+        unknown or has missing values.
+    """
+    path = Path(os.fspath(path))
+    try:
+        frame = pd.read_parquet(path)
+    except ImportError as exc:
+        raise ImportError(
+            f"reading {path} needs pyarrow: pip install pyarrow (or gpumine[test])."
+        ) from exc
+    names = [str(name) for name in frame.columns]
+    layout = _Layout(path, "", False, ",", len(names), 0, names, len(frame))
+    label = None if label_column is None else _resolve_column(label_column, layout, "label_column")
+    features = [j for j in range(len(names)) if j != label]
+    for j in features:
+        column_dtype = frame.dtypes.iloc[j]
+        if not (
+            pd.api.types.is_numeric_dtype(column_dtype) or pd.api.types.is_bool_dtype(column_dtype)
+        ):
+            raise ValueError(
+                f"{path}: column {j} ({names[j]!r}) has dtype {column_dtype}, not a number. "
+                "Feature columns must be numeric: pick it as label_column, or encode it first."
+            )
+    X = _FeatureMatrix(len(frame), len(features), dtype, str(path))
+    for position, j in enumerate(features):
+        values = frame.iloc[:, j].to_numpy(dtype=np.float64, na_value=np.nan)
+        X.set(position, values, f"column {j} ({names[j]!r})")
+    X = X.result()
+    if label is None:
+        return X
+    return X, _labels_from_typed(frame.iloc[:, label], f"{path}, column {names[label]!r}")
+
+
+def _split_label(array: np.ndarray, label_column, path: Path):
+    """Split a label column (2-D array: index; structured array: field name) off ``array``."""
+    if array.dtype.names is not None:
+        if label_column not in array.dtype.names:
+            raise ValueError(
+                f"label_column={label_column!r} is not a field of {path}; its fields are "
+                f"{list(array.dtype.names)}."
+            )
+        from numpy.lib import recfunctions
+
+        rest = [name for name in array.dtype.names if name != label_column]
+        X = recfunctions.structured_to_unstructured(array[rest])
+        return X, np.asarray(array[label_column])
+    if array.ndim != 2:
+        raise ValueError(
+            f"label_column needs a 2-D array, but {path} holds shape {array.shape}; store the "
+            "labels separately."
+        )
+    if isinstance(label_column, bool) or not isinstance(label_column, int | np.integer):
+        raise TypeError(
+            f"label_column for a plain .npy array must be a column index; got {label_column!r}."
+        )
+    n = array.shape[1]
+    if not -n <= int(label_column) < n:
+        raise ValueError(
+            f"label_column={label_column} is out of range: {path} has {n} columns, so valid "
+            f"indices are {-n}..{n - 1}."
+        )
+    column = int(label_column) % n
+    return np.delete(array, column, axis=1), np.array(array[:, column])
+
+
+def read_npy(path, *, mmap: bool = True, label_column: ColumnSpec | None = None):
+    """Read a ``.npy`` file, memory-mapped read-only by default.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The ``.npy`` file.
+    mmap : bool, default True
+        Map the file read-only instead of loading it: nothing is read until
+        used, and arrays larger than memory work. Estimators accept read-only
+        input.
+    label_column : int or str, optional
+        For a 2-D array, the index of the label column; for a structured
+        array, the label field's name (the other fields become ``X``). The
+        split copies the data into memory.
+
+    Returns
+    -------
+    X : ndarray or numpy.memmap
+        The stored dtype, unchanged (estimators cast it).
+    y : ndarray
+        Only when ``label_column`` is given.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.npy"
+    >>> np.save(path, np.eye(2, dtype=np.float32))
+    >>> X = read_npy(path)
+    >>> X.flags.writeable, X.shape
+    (False, (2, 2))
+    """
+    path = Path(os.fspath(path))
+    try:
+        array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except ValueError as exc:
+        raise ValueError(
+            f"{path}: cannot read it as a .npy array ({exc}); object arrays are refused for "
+            "safety, and .npz archives go through read_npz."
+        ) from None
+    if isinstance(array, np.lib.npyio.NpzFile):
+        array.close()
+        raise ValueError(f"{path} is an .npz archive; use read_npz(path, key=...).")
+    if label_column is None:
+        return array
+    return _split_label(array, label_column, path)
+
+
+def read_npz(path, key: str | None = None, *, label_key: str | None = None):
+    """Read one array (and optionally its labels) from an ``.npz`` archive.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The archive. Members are loaded into memory (NumPy cannot map them).
+    key : str, optional
+        The array to return. Default: the only array, else ``"X"`` if present.
+    label_key : str, optional
+        A second array to return as labels, e.g. ``"y"`` in ADBench files.
+
+    Returns
+    -------
+    X : ndarray
+    y : ndarray
+        Only when ``label_key`` is given.
+
+    Raises
+    ------
+    ValueError
+        If a key is not in the archive (the message lists the keys) or the
+        label array's length differs from the data's.
+    """
+    path = Path(os.fspath(path))
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        raise ValueError(f"{path}: cannot read it as an .npz archive ({exc}).") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path} is a single .npy array, not an .npz archive; use read_npy.")
+    with archive:
+        keys = list(archive.files)
+        if key is None:
+            if len(keys) == 1:
+                key = keys[0]
+            elif "X" in keys:
+                key = "X"
+            else:
+                raise ValueError(
+                    f"{path} holds several arrays ({', '.join(keys)}); pass key= to pick one."
+                )
+        for name, parameter in ((key, "key"), (label_key, "label_key")):
+            if name is not None and name not in keys:
+                raise ValueError(
+                    f"{parameter}={name!r} is not in {path}; it holds "
+                    f"{', '.join(keys) or 'nothing'}."
+                )
+        X = archive[key]
+        if label_key is None:
+            return X
+        y = archive[label_key]
+    if len(y) != len(X):
+        raise ValueError(
+            f"{path}: {label_key!r} has {len(y)} entries but {key!r} has {len(X)} rows."
+        )
+    return X, y
+
+
+_TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".data", ".dat")
+
+
+def read_table(path, **kwargs):
+    """Read a data file, choosing the reader from its extension.
+
+    ========================================================  =================
+    extension                                                 reader
+    ========================================================  =================
+    ``.csv .tsv .txt .data .dat`` (each also with ``.gz``)    :func:`read_csv`
+    ``.parquet .pq``                                          :func:`read_parquet`
+    ``.npy``                                                  :func:`read_npy`
+    ``.npz``                                                  :func:`read_npz`
+    ========================================================  =================
+
+    ``label_column`` works for every format; for ``.npz`` it names the label
+    array (``label_key``). Other keyword arguments go to the reader.
+
+    Raises
+    ------
+    ValueError
+        For an extension not in the table.
+    """
+    path = Path(os.fspath(path))
+    name = path.name.lower()
+    stem = name[:-3] if name.endswith(".gz") else name
+    if stem.endswith(_TEXT_SUFFIXES):
+        return read_csv(path, **kwargs)
+    if name.endswith((".parquet", ".pq")):
+        return read_parquet(path, **kwargs)
+    if name.endswith(".npy"):
+        return read_npy(path, **kwargs)
+    if name.endswith(".npz"):
+        if "label_column" in kwargs:
+            kwargs["label_key"] = kwargs.pop("label_column")
+        return read_npz(path, **kwargs)
+    raise ValueError(
+        f"cannot tell the format of {path} from its extension; supported: "
+        ".csv/.tsv/.txt/.data/.dat (optionally .gz), .parquet/.pq, .npy, .npz. Rename it or "
+        "call read_csv/read_parquet/read_npy/read_npz directly."
+    )

@@ -1,0 +1,98 @@
+"""The command line end to end: knn, info, demo; exit codes and atomic outputs."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sklearn.neighbors import KNeighborsClassifier as SkKNN
+
+from gpumine.cli import main
+
+
+@pytest.fixture
+def labelled_csv(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((120, 3))
+    y = (X[:, 0] + 0.3 * X[:, 1] > 0).astype(int)
+    train, query = tmp_path / "train.csv", tmp_path / "query.csv"
+    for path, rows in ((train, slice(0, 90)), (query, slice(90, 120))):
+        with open(path, "w") as f:
+            f.write("a,b,c,label\n")
+            for xi, yi in zip(X[rows], y[rows]):
+                f.write(",".join(f"{v:.17g}" for v in xi) + f",{yi}\n")
+    return train, query, X, y
+
+
+def test_knn_classify_writes_predictions_and_reports_accuracy(labelled_csv, tmp_path, capsys):
+    train, query, X, y = labelled_csv
+    out = tmp_path / "pred.json"
+    code = main(["knn", str(train), str(query), "--label-column", "label", "-k", "3", "--device", "cpu", "-o", str(out)])
+    assert code == 0
+    result = json.loads(out.read_text())
+    expected = SkKNN(3, algorithm="brute").fit(X[:90], y[:90]).predict(X[90:])
+    assert result["prediction"] == expected.tolist()
+    assert result["label"] == y[90:].tolist()
+    assert "accuracy=" in capsys.readouterr().err
+
+
+def test_knn_neighbors_of_training_set_to_npy_and_stdout(labelled_csv, tmp_path, capsys):
+    train, _, X, _ = labelled_csv
+    out = tmp_path / "nn.npy"
+    assert main(["knn", str(train), "--label-column", "-1", "--task", "neighbors", "-k", "2", "--device", "cpu", "-o", str(out), "--quiet"]) == 0
+    arr = np.load(out)
+    assert arr["index"].shape == (90, 2)
+    assert not (arr["index"] == np.arange(90)[:, None]).any()
+    assert main(["knn", str(train), "--label-column", "label", "--task", "neighbors", "-k", "1", "--device", "cpu", "--quiet"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "index_0,distance_0" and len(lines) == 91
+
+
+@pytest.mark.parametrize(
+    "argv, reason",
+    [
+        (["knn", "missing.csv"], "missing.csv"),
+        (["knn", "{train}", "{query}", "--label-column", "nope"], "nope"),
+        (["knn", "{train}", "{query}", "--label-column", "label", "-k", "500"], "n_neighbors"),
+        (["knn", "{train}", "{query}", "--label-column", "label", "--metric", "hamming"], "Unknown metric"),
+        (["knn", "{train}", "--task", "classify"], "needs --label-column"),
+        (["knn", "{train}", "{query}", "--label-column", "label", "--device", "cuda:7"], "cuda"),
+        (["knn", "{bad}"], "line 3"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_reason(labelled_csv, tmp_path, capsys, argv, reason):
+    train, query, _, _ = labelled_csv
+    bad = tmp_path / "bad.csv"
+    bad.write_text("1,2,3\n4,5,6\n7,8\n")
+    argv = [a.format(train=train, query=query, bad=bad) for a in argv]
+    code = main(argv + ["--quiet"] if argv[0] == "knn" else argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and reason in err
+
+
+def test_failed_run_leaves_no_partial_output(labelled_csv, tmp_path):
+    train, query, _, _ = labelled_csv
+    out = tmp_path / "never.csv"
+    assert main(["knn", str(train), str(query), "--label-column", "label", "-k", "1000", "-o", str(out), "--quiet"]) == 2
+    assert list(tmp_path.glob("never*")) == []
+
+
+def test_usage_error_exit_code_via_subprocess():
+    proc = subprocess.run([sys.executable, "-m", "gpumine", "knn"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def test_info_lists_versions(capsys):
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "torch" in out and "auto device" in out
+
+
+def test_demo_classifies_the_shipped_sample(capsys):
+    assert main(["demo", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    gpumine_line = next(line for line in out.splitlines() if line.startswith("gpumine cpu"))
+    sklearn_line = next(line for line in out.splitlines() if line.startswith("scikit-learn"))
+    assert gpumine_line.split()[2] == sklearn_line.split()[2]  # same accuracy as scikit-learn
