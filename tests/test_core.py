@@ -32,10 +32,12 @@ def test_tile_scores_within_reported_error_bounds(metric):
     Y = torch.tensor(1e3 + rng.standard_normal((60, 17)), dtype=torch.float32)
     m = get_metric(metric)
     centre = m.centre(Y)
-    Qp, Rp = m.prepare(X, centre), m.prepare(Y, centre)
+    Qp, Rp = m.prepare(X, centre, "query"), m.prepare(Y, centre, "ref")
     tile = m.tile_scores(Qp, Rp)
     if metric == "euclidean":
-        tile = tile + Qp["sqnorm"][:, None]  # the tile form leaves out the per-row constant
+        tile = tile + Qp["sqnorm"][:, None]  # the tile form leaves out a per-row constant
+    if metric == "cosine":
+        tile = tile + 1.0
     exact = m.exact_scores(X, Y.unsqueeze(0))
     kth = tile.max(1).values
     low, high = m.bounds(Qp, m.ref_scale(Rp), 17, torch.device("cpu"), kth, kth)
@@ -109,3 +111,19 @@ def test_pinned_double_buffer_streams_exact_rows():
     X = torch.randn(10_007, 9)
     chunks = [(s, c.clone()) for s, c in iter_row_chunks(X, 1000, torch.device("cuda"))]
     assert torch.equal(torch.cat([c for _, c in chunks]).cpu(), X)
+
+
+@pytest.mark.parametrize("r", [20, 333, 2003, 50_001])
+@pytest.mark.parametrize("ties", [False, True])
+def test_hierarchical_tile_candidates_keep_the_c_smallest_values(r, ties):
+    from gpumine.neighbors._engine import _tile_candidates
+
+    gen = torch.Generator().manual_seed(r)
+    S = torch.randint(0, 50, (7, r), generator=gen).float() if ties else torch.rand(7, r, generator=gen)
+    c = 21
+    values, cols = _tile_candidates(S, c)
+    assert values.shape == (7, min(c, r))
+    assert torch.equal(S.gather(1, cols), values)
+    assert all(len(set(row)) == len(row) for row in cols.tolist())
+    expected = torch.sort(S, dim=1).values[:, : min(c, r)]
+    assert torch.equal(torch.sort(values, dim=1).values, expected)

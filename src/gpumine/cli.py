@@ -246,8 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             commands = importlib.import_module(module)
         except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
+            if exc.name is None or not module.startswith(exc.name):
+                raise  # the module is there but one of its own imports is missing
             continue
         commands.register(sub)
     return parser

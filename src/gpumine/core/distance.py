@@ -73,36 +73,42 @@ class Metric:
             return X_ref.to(torch.float64).mean(0).to(X_ref.dtype)
         return None
 
-    def prepare(self, X: torch.Tensor, centre: torch.Tensor | None) -> dict:
-        """Per-row quantities reused by every tile that involves these rows."""
+    def prepare(self, X: torch.Tensor, centre: torch.Tensor | None, side: str) -> dict:
+        """Per-row quantities reused by every tile that involves these rows.
+
+        ``side`` is ``"query"`` or ``"ref"``. For the matrix-product metrics the
+        rows are laid out so that one product gives the tile scores with no
+        further pass: L2 uses ``[x, 1] . [-2y, |y|^2]``, cosine and inner
+        product negate the reference side.
+        """
         if self.name in ("euclidean", "sqeuclidean"):
             Xc = X - centre.to(X.device) if centre is not None else X
-            return {"rows": Xc, "sqnorm": (Xc * Xc).sum(1)}
+            sqnorm = (Xc * Xc).sum(1)
+            if side == "ref":
+                rows = torch.cat([-2.0 * Xc, sqnorm[:, None]], dim=1)
+            else:
+                rows = torch.cat([Xc, torch.ones_like(sqnorm)[:, None]], dim=1)
+            return {"rows": rows, "sqnorm": sqnorm}
         if self.name == "cosine":
             norm = torch.linalg.vector_norm(X, dim=1)
             safe = torch.where(norm > 0, norm, torch.ones_like(norm))
-            return {"rows": X / safe[:, None], "norm": norm}
+            unit = X / safe[:, None]
+            return {"rows": -unit if side == "ref" else unit, "norm": norm}
         if self.name == "inner_product":
-            return {"rows": X, "norm": torch.linalg.vector_norm(X, dim=1)}
+            return {"rows": -X if side == "ref" else X, "norm": torch.linalg.vector_norm(X, dim=1)}
         return {"rows": X}
 
     # -- fast tile scores ----------------------------------------------------
     def tile_scores(self, Q: dict, R: dict) -> torch.Tensor:
         """Scores of a (queries x references) tile from prepared rows (smaller = closer).
 
-        For L2 the scores are exact up to a constant per query row (|q|^2 is
-        omitted), which changes neither the order nor score differences in a row.
+        Exact up to a constant per query row (|q|^2 for L2, 1 for cosine), which
+        changes neither the order nor the score differences within a row.
         """
-        q, r = Q["rows"], R["rows"]
-        if self.name in ("euclidean", "sqeuclidean"):
-            # |q|^2 is constant along a row, so it is left out: ranking needs one pass less
-            return torch.addmm(R["sqnorm"][None, :], q, r.T, beta=1.0, alpha=-2.0)
-        if self.name == "cosine":
-            return torch.addmm(torch.ones((), dtype=q.dtype, device=q.device), q, r.T, beta=1.0, alpha=-1.0)
-        if self.name == "inner_product":
-            return -(q @ r.T)
+        if self.uses_matmul:
+            return Q["rows"] @ R["rows"].T
         p = {"manhattan": 1.0, "chebyshev": float("inf")}.get(self.name, self.p)
-        return torch.cdist(q, r, p=p, compute_mode="donot_use_mm_for_euclid_dist")
+        return torch.cdist(Q["rows"], R["rows"], p=p, compute_mode="donot_use_mm_for_euclid_dist")
 
     # -- exact per-pair scores -----------------------------------------------
     def exact_scores(self, Q: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:

@@ -52,7 +52,7 @@ class _References:
         self.scale = None
         if self.resident:
             self._prepared = [
-                (start, self.metric.prepare(chunk, self.centre))
+                (start, self.metric.prepare(chunk, self.centre, "ref"))
                 for start, chunk in iter_row_chunks(self.data, rows_per_tile, device)
             ]
             self.scale = max((metric.ref_scale(p) for _, p in self._prepared), default=0.0)
@@ -64,7 +64,7 @@ class _References:
             return
         scale = 0.0
         for start, chunk in iter_row_chunks(self.data, self.rows_per_tile, self.device):
-            prepared = self.metric.prepare(chunk, self.centre)
+            prepared = self.metric.prepare(chunk, self.centre, "ref")
             scale = max(scale, self.metric.ref_scale(prepared))
             yield start, prepared
         self.scale = scale
@@ -91,25 +91,28 @@ def _mask_self(scores: torch.Tensor, q0: int, r0: int) -> None:
         scores[ids - q0, ids - r0] = float("inf")
 
 
-_GROUP = 8  # columns per group in the two-stage tile selection
+_GROUP = 8  # columns per group in the hierarchical tile selection
 
 
 def _tile_candidates(S: torch.Tensor, c: int):
     """The ``c`` smallest entries of each row of a tile, as (values, columns), in any order.
 
-    Two stages so the expensive top-k runs on an eighth of the tile: the minimum
-    of every group of 8 columns, the ``c`` smallest group minima, then the best
-    ``c`` inside those groups. Every entry left out is at least the c-th value
-    kept, which is all the certificate needs.
+    Hierarchical, so the expensive top-k runs on a small array: the columns are
+    cut into groups of 8 (column ``g + m * n_groups`` belongs to group ``g``, so
+    the minimum is a coalesced reduction), the ``c`` smallest group minima are
+    found the same way recursively, and the best ``c`` entries are taken inside
+    those groups. Every entry left out is at least the c-th value kept, which
+    is all the certificate needs.
     """
     q, r = S.shape
-    n_groups = r // _GROUP
-    if n_groups <= 2 * c:
+    if r <= 16 * c:
         return torch.topk(S, min(c, r), dim=1, largest=False, sorted=False)
+    n_groups = r // _GROUP
     body = n_groups * _GROUP
-    minima = S[:, :body].view(q, n_groups, _GROUP).amin(2)
-    groups = torch.topk(minima, c, dim=1, largest=False, sorted=False).indices
-    cols = (groups[:, :, None] * _GROUP + torch.arange(_GROUP, device=S.device)).reshape(q, c * _GROUP)
+    minima = S[:, :body].view(q, _GROUP, n_groups).amin(1)
+    _, groups = _tile_candidates(minima, c)
+    members = torch.arange(_GROUP, device=S.device) * n_groups
+    cols = (groups[:, :, None] + members).reshape(q, -1)
     if body < r:
         tail = torch.arange(body, r, device=S.device).expand(q, r - body)
         cols = torch.cat([cols, tail], dim=1)
@@ -160,7 +163,7 @@ def knn_search(
     n_blocks = -(-n_query // plan.query_rows)
     with Progress(total=n_blocks, desc="kneighbors", verbose=verbose) as bar:
         for q0, Q in iter_row_chunks(query, plan.query_rows, device):
-            Qp = metric.prepare(Q, refs.centre)
+            Qp = metric.prepare(Q, refs.centre, "query")
             cand = _candidates(Qp, refs, q0, c, exclude_self)
             cand_scores, cand_index = cand
             scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, q0, exclude_self, plan)
