@@ -9,6 +9,7 @@ import sklearn.neighbors as skn
 import torch
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+from gpumine.data import load_covtype, load_covtype_sample
 from gpumine.neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
 from helpers import shared_file
 
@@ -33,12 +34,23 @@ def _boundary_tie_rows(X_train, X_test, k):
 
 
 def _real_classification_data():
-    """Covertype (16 % sample in shared data) — 10 quantitative attributes, scaled."""
-    path = shared_file("covertype/covtype.ramp16pct.reconstructed.data.gz")
-    data = np.loadtxt(path, delimiter=",", max_rows=6000, dtype=np.float64)
-    X, y = data[:, :10], data[:, 54].astype(int)
+    """The shipped Covertype sample (real UCI rows): 10 quantitative attributes, scaled, float64."""
+    X, y = load_covtype_sample(n_features=10, dtype=np.float64)
     X = (X - X.mean(0)) / X.std(0)
+    order = np.random.default_rng(0).permutation(len(X))
+    X, y = X[order], y[order]
     return X[:4000], y[:4000], X[4000:], y[4000:]
+
+
+def test_classifier_on_the_full_shared_covertype_file_when_present():
+    path = shared_file("covertype/covtype.ramp16pct.reconstructed.data.gz")
+    X, y = load_covtype(path, n_features=10, dtype=np.float64)
+    X = (X - X.mean(0)) / X.std(0)
+    Xtr, ytr, Xte = X[:20000], y[:20000], X[20000:22000]
+    ours = KNeighborsClassifier(5, device="cpu").fit(Xtr, ytr).predict(Xte)
+    ref = skn.KNeighborsClassifier(5, algorithm="brute").fit(Xtr, ytr).predict(Xte)
+    ambiguous = _boundary_tie_rows(Xtr, Xte, 5)
+    np.testing.assert_array_equal(ours[~ambiguous], ref[~ambiguous])
 
 
 @pytest.mark.parametrize("weights", ["uniform", "distance"])
