@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from .._validation import check_array, check_n_neighbors, output_kind, to_output
-from ..config import resolve_backend, resolve_device, working_memory_bytes
+from ..config import resolve_device, working_memory_bytes
 from ..core.distance import get_metric
-from ._engine import knn_search
+from ._engine import choose_backend, knn_search
 
 __all__ = ["kneighbors"]
 
@@ -52,8 +52,10 @@ def kneighbors(
     device : {"auto", "cpu", "cuda", "cuda:N"} or None
         Where to compute (``None``: the configured default, see :mod:`gpumine.config`).
     backend : {"auto", "torch", "triton"} or None
-        Kernel implementation. This release computes kNN with torch operations;
-        ``"triton"`` raises until the fused kernel lands.
+        ``"triton"`` runs the candidate phase as one fused GPU kernel (float32;
+        euclidean, sqeuclidean, manhattan, cosine, inner product; k up to about
+        100); ``"auto"`` uses it on a GPU where it applies and torch otherwise.
+        Both give identical results.
     working_memory : float, optional
         MiB allowed for one tile's temporaries.
     verbose : int, optional
@@ -99,7 +101,7 @@ def kneighbors(
     k = check_n_neighbors(k, ref.shape[0], name="k", excluding_self=exclude_self)
     metric_obj = get_metric(metric, p)
     dev = resolve_device(device)
-    resolve_backend(backend, dev, has_triton_kernel=False)
+    backend = choose_backend(backend, dev, metric_obj, dtype, k, ref.shape[0])
     result_device = kind.device if kind.kind == "torch" else torch.device("cpu")
     scores, index = knn_search(
         ref,
@@ -111,6 +113,7 @@ def kneighbors(
         budget_bytes=working_memory_bytes(working_memory, dev),
         result_device=result_device,
         verbose=verbose,
+        backend=backend,
     )
     index_out = to_output(index, kind)
     if not return_distance:

@@ -24,16 +24,57 @@ from __future__ import annotations
 import torch
 
 from .._progress import Progress
+from ..config import get_config, resolve_backend
 from ..core.distance import Metric
 from ..core.select import PAD_INDEX, merge_topk, sort_by_score_then_index, topk_smallest
-from ..core.tiles import fits_on_device, iter_row_chunks, plan_tiles
+from ..core.tiles import TilePlan, fits_on_device, iter_row_chunks, plan_tiles
+from ..core.triton.knn import FUSED_METRICS, MAX_FUSED_CANDIDATES, fused_candidates
 
-__all__ = ["knn_search", "candidate_count"]
+__all__ = ["knn_search", "candidate_count", "fused_unsupported", "choose_backend"]
 
 
 def candidate_count(k: int, n_ref: int) -> int:
     """Candidates kept per query before the exact re-rank (k plus a margin)."""
     return min(n_ref, k + max(16, k // 4))
+
+
+_FUSED_QUERY_ROWS = 1 << 18
+
+
+def fused_candidate_count(k: int, n_ref: int) -> int:
+    """The fused kernel keeps a power of two of candidates, at least k + max(4, k/4).
+
+    A smaller margin than the torch path's: every candidate costs the kernel
+    registers and insertions, and an uncertified row is still answered exactly.
+    """
+    return max(2, 1 << (min(n_ref, k + max(4, k // 4)) - 1).bit_length())
+
+
+def fused_unsupported(metric: Metric, dtype: torch.dtype, k: int, n_ref: int) -> str | None:
+    """Why the fused Triton kernel cannot run a search, or None when it can."""
+    if metric.name not in FUSED_METRICS:
+        return f"metric {metric.name!r} has no fused kernel (supported: {', '.join(sorted(FUSED_METRICS))})"
+    if dtype != torch.float32:
+        return "the fused kernel computes in float32 and the data is float64"
+    if fused_candidate_count(k, n_ref) > MAX_FUSED_CANDIDATES:
+        return f"k={k} needs more candidates than the kernel's register budget ({MAX_FUSED_CANDIDATES}); larger k runs on the torch selection"
+    return None
+
+
+# Whether backend="auto" takes the fused kernel where it applies. Chosen by
+# measurement (BENCHMARKS.md): while the kernel is slower than the torch
+# path on the benchmark rows, "auto" stays on torch and "triton" is opt-in.
+AUTO_PREFERS_FUSED = False
+
+
+def choose_backend(backend, device: torch.device, metric: Metric, dtype: torch.dtype, k: int, n_ref: int) -> str:
+    """Resolve ``backend`` for one search (see ``AUTO_PREFERS_FUSED`` for what ``auto`` picks)."""
+    resolved = resolve_backend(backend, device, has_triton_kernel=True)
+    requested = backend if backend is not None else get_config()["backend"]
+    if resolved == "triton" and requested == "auto":
+        if not AUTO_PREFERS_FUSED or fused_unsupported(metric, dtype, k, n_ref):
+            return "torch"
+    return resolved
 
 
 class _References:
@@ -140,6 +181,7 @@ def knn_search(
     result_device: torch.device,
     verbose=None,
     stats: dict | None = None,
+    backend: str = "torch",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact k nearest references of every query row.
 
@@ -147,7 +189,8 @@ def knn_search(
     score (smaller = closer; see :class:`~gpumine.core.distance.Metric`), ties
     to the lower index. ``exclude_self`` drops reference i from query i's list
     (queries are the references). ``stats``, when given, receives counters
-    (rows redone by the exact scan, tile plan).
+    (rows redone by the exact scan, tile plan). ``backend="triton"`` runs the
+    candidate phase as one fused kernel (see :func:`fused_unsupported`).
     """
     n_query, d = query.shape
     n_ref = ref.shape[0]
@@ -157,15 +200,26 @@ def knn_search(
     if n_query == 0:
         return out_scores, out_index
     c = candidate_count(k, n_ref)
+    fused = backend == "triton"
+    if fused:
+        reason = fused_unsupported(metric, dtype, k, n_ref)
+        if reason:
+            raise ValueError(f"backend='triton' cannot run this search: {reason}; use backend='torch' or 'auto'")
+        c = fused_candidate_count(k, n_ref)
     plan = plan_tiles(n_query, n_ref, d, c, ref.element_size(), budget_bytes)
+    if fused:
+        # the fused kernel keeps only (queries x c) candidates: one block can hold many queries
+        plan = TilePlan(query_rows=min(n_query, _FUSED_QUERY_ROWS), ref_rows=plan.ref_rows, budget_bytes=budget_bytes)
     refs = _References(ref, metric, plan.ref_rows, device)
     n_fallback = 0
     n_blocks = -(-n_query // plan.query_rows)
     with Progress(total=n_blocks, desc="kneighbors", verbose=verbose) as bar:
         for q0, Q in iter_row_chunks(query, plan.query_rows, device):
             Qp = metric.prepare(Q, refs.centre, "query")
-            cand = _candidates(Qp, refs, q0, c, exclude_self)
-            cand_scores, cand_index = cand
+            if fused:
+                cand_scores, cand_index = _candidates_fused(Q, Qp, refs, q0, c, exclude_self)
+            else:
+                cand_scores, cand_index = _candidates(Qp, refs, q0, c, exclude_self)
             scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, q0, exclude_self, plan)
             failed = (~certified).nonzero().squeeze(1)
             if failed.numel():
@@ -178,7 +232,7 @@ def knn_search(
             bar.update()
     if stats is not None:
         stats.update(rows_exact_scan=n_fallback, query_rows=plan.query_rows, ref_rows=plan.ref_rows,
-                     candidates=c, references_resident=refs.resident)
+                     candidates=c, references_resident=refs.resident, backend=backend)
     return out_scores, out_index
 
 
@@ -193,6 +247,20 @@ def _candidates(Qp: dict, refs: _References, q0: int, c: int, exclude_self: bool
             _mask_self(S, q0, r0)
         v, pos = _tile_candidates(S, c)
         values, index = _keep_best(values, index, v, pos + r0, c)
+    return values, index
+
+
+def _candidates_fused(Q, Qp, refs: _References, q0: int, c: int, exclude_self: bool):
+    """The Triton twin of :func:`_candidates` (same contract, one launch per reference tile)."""
+    dot_metric = refs.metric.name in ("cosine", "inner_product")
+    queries = Qp["rows"] if dot_metric else Q
+    tiles = refs.prepared_tiles() if dot_metric else refs.raw_tiles()
+    values = index = None
+    for r0, R in tiles:
+        rows = R["rows"] if dot_metric else R
+        v, i = fused_candidates(queries, rows, c, metric_name=refs.metric.name, ref_offset=r0,
+                                exclude_self=exclude_self, self_offset=q0)
+        values, index = (v, i) if values is None else _keep_best(values, index, v, i, c)
     return values, index
 
 

@@ -24,7 +24,7 @@ from .._validation import check_array, check_labels, check_n_features, check_n_n
 from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ..core.distance import get_metric
 from ..core.tiles import fits_on_device
-from ._engine import knn_search
+from ._engine import choose_backend, knn_search
 
 try:  # keeps feature-name checks identical to scikit-learn's own estimators
     from sklearn.utils.validation import _check_feature_names
@@ -81,7 +81,7 @@ class _KNeighborsBase(BaseEstimator):
         self._metric = get_metric(self.metric, p if self.metric == "minkowski" else None)
         self.effective_metric_ = self._metric.name
         self.device_ = resolve_device(self.device)
-        resolve_backend(self.backend, self.device_, has_triton_kernel=False)
+        resolve_backend(self.backend, self.device_, has_triton_kernel=True)
         working_memory_bytes(self.working_memory, self.device_)  # validates the parameter
         if sp.issparse(X):
             raise TypeError("sparse input is not supported by gpumine estimators; convert X with X.toarray()")
@@ -115,6 +115,7 @@ class _KNeighborsBase(BaseEstimator):
             check_n_features(query, self.n_features_in_, type(self).__name__)
             kind, exclude_self = output_kind(X), False
         n_neighbors = check_n_neighbors(n_neighbors, self.n_samples_fit_, excluding_self=exclude_self)
+        backend = choose_backend(self.backend, self.device_, self._metric, self._fit_X.dtype, n_neighbors, self.n_samples_fit_)
         scores, index = knn_search(
             self._fit_X,
             query,
@@ -125,6 +126,7 @@ class _KNeighborsBase(BaseEstimator):
             budget_bytes=working_memory_bytes(self.working_memory, self.device_),
             result_device=self.device_,
             verbose=self.verbose,
+            backend=backend,
         )
         return self._metric.to_distance(scores), index, kind
 

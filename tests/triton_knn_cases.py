@@ -1,0 +1,97 @@
+"""Fused Triton kNN kernel vs its torch twin.
+
+Collected directly on a GPU machine (``pytest tests/triton_knn_cases.py``), and
+run by ``test_triton_knn.py`` in a child process with ``TRITON_INTERPRET=1``
+on machines without one (small shapes: the interpreter is slow).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from gpumine.core.distance import get_metric
+from gpumine.core.triton.knn import fused_candidates
+from gpumine.neighbors import kneighbors
+from gpumine.neighbors._engine import knn_search
+from knn_oracle import assert_knn_matches, brute_force_knn
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+ON_GPU = DEVICE == "cuda"
+SCALE = 8 if ON_GPU else 1  # larger shapes on a real GPU; the interpreter runs ~0.3 s per tile step
+# one or two tile steps per program in the interpreter, irregular multi-tile shapes on the GPU
+BLOCKS = dict(block_m=16, block_n=32) if ON_GPU else dict(block_m=16, block_n=64)
+
+
+def _data(kind, n, d, seed):
+    rng = np.random.default_rng(seed)
+    if kind == "random":
+        return rng.standard_normal((n, d)).astype(np.float32)
+    if kind == "integer":
+        return rng.integers(0, 3, (n, d)).astype(np.float32)
+    base = rng.standard_normal((max(n // 4, 1), d)).astype(np.float32)
+    return base[rng.integers(0, len(base), n)]
+
+
+def _twin_scores(metric, Q, R):
+    m = get_metric(metric)
+    if metric in ("cosine", "inner_product"):
+        Qp, Rp = m.prepare(Q, None, "query"), m.prepare(R, None, "ref")
+        return Qp["rows"], Rp["rows"], (Qp["rows"][:, None, :] * Rp["rows"][None]).sum(-1)
+    return Q, R, m.exact_scores(Q, R.unsqueeze(0))
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "manhattan", "cosine", "inner_product"])
+@pytest.mark.parametrize("shape", [(37, 203, 5), (1, 1, 1), (17, 33, 65)] if ON_GPU else [(9, 77, 5), (1, 1, 1), (5, 20, 65)])
+@pytest.mark.parametrize("c", [1, 8, 16] if ON_GPU else [1, 16])
+def test_candidates_are_the_c_smallest_scores(metric, shape, c):
+    n_q, n_r, d = (shape[0] * SCALE, shape[1] * SCALE, shape[2])
+    Q = torch.from_numpy(_data("random", n_q, d, 1)).to(DEVICE)
+    R = torch.from_numpy(_data("random", n_r, d, 2)).to(DEVICE)
+    Qk, Rk, scores = _twin_scores(metric, Q, R)
+    v, i = fused_candidates(Qk, Rk, c, metric_name=metric, **BLOCKS)
+    C = v.shape[1]
+    expected = torch.sort(scores, dim=1).values[:, : min(C, n_r)]
+    torch.testing.assert_close(v[:, : min(C, n_r)], expected, rtol=1e-5, atol=1e-5)
+    real = i[:, : min(C, n_r)]
+    torch.testing.assert_close(scores.gather(1, real), v[:, : min(C, n_r)], rtol=1e-5, atol=1e-5)
+    if C > n_r:
+        assert (i[:, n_r:] == -1).all() and torch.isinf(v[:, n_r:]).all()
+
+
+def test_ties_go_to_the_lower_index_and_self_is_excluded():
+    X = torch.zeros((50 * SCALE if ON_GPU else 20, 3), device=DEVICE)
+    v, i = fused_candidates(X, X, 8, metric_name="euclidean", exclude_self=True, block_m=16, block_n=16)
+    expected = torch.stack([torch.tensor([j for j in range(9) if j != r][:8]) for r in range(X.shape[0])]).to(DEVICE)
+    assert torch.equal(i, expected)
+
+
+@pytest.mark.parametrize("kind", ["random", "integer", "duplicates"])
+@pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean", "manhattan", "cosine", "inner_product"] if ON_GPU else ["euclidean", "cosine"])
+def test_search_with_fused_kernel_equals_torch_twin(kind, metric):
+    X = _data(kind, 150 * SCALE if ON_GPU else 40, 4, 3)
+    for k in (1, 7):
+        fused = kneighbors(X, k=k, metric=metric, device=DEVICE, backend="triton")
+        twin = kneighbors(X, k=k, metric=metric, device=DEVICE, backend="torch")
+        np.testing.assert_array_equal(fused[1], twin[1])
+        np.testing.assert_array_equal(fused[0], twin[0])
+    assert_knn_matches(*fused, X, X, 7, metric, exclude_self=True)
+
+
+def test_k_equals_n_and_d_one():
+    X = _data("integer", 20, 1, 4)
+    d, i = kneighbors(X, X[:3], 20, device=DEVICE, backend="triton")
+    np.testing.assert_array_equal(i, brute_force_knn(X, X[:3], 20)[1])
+
+
+def test_float64_or_large_k_is_refused_explicitly_and_falls_back_on_auto():
+    X = _data("random", 300, 3, 5)
+    with pytest.raises(ValueError, match="float64"):
+        kneighbors(X.astype(np.float64), k=3, device=DEVICE, backend="triton")
+    with pytest.raises(ValueError, match="register budget"):
+        kneighbors(X, k=200, device=DEVICE, backend="triton")
+    if DEVICE == "cuda":
+        stats = {}
+        t = torch.from_numpy(X)
+        knn_search(t, t, 3, get_metric("chebyshev"), exclude_self=True, device=torch.device(DEVICE),
+                   budget_bytes=2**26, result_device=torch.device("cpu"), stats=stats)
+        assert stats["backend"] == "torch"
