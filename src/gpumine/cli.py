@@ -230,7 +230,7 @@ def _add_bench(sub) -> None:
 
 def _run_bench(args) -> int:
     module = importlib.import_module(f"gpumine.bench.{args.suite}")
-    return int(module.main(args.rest) or 0)
+    return int(module.main(args.rest, prog=f"gpumine bench {args.suite}") or 0)
 
 
 # -- entry point -------------------------------------------------------------------------

@@ -147,7 +147,7 @@ class Metric:
         return scores
 
     # -- error bounds ------------------------------------------------------------
-    def bounds(self, Q: dict, ref_scale: float, d: int, device: torch.device, kth: torch.Tensor, cth: torch.Tensor):
+    def bounds(self, Q: dict, ref_scale, d: int, device: torch.device, kth: torch.Tensor, cth: torch.Tensor):
         """Per-row bounds (low, high) on |tile score - exact score|.
 
         ``kth``/``cth`` are the k-th and the largest kept candidate tile scores
@@ -169,13 +169,17 @@ class Metric:
             return b, b
         return gamma * cth.abs(), gamma * kth.abs()
 
-    def ref_scale(self, R: dict) -> float:
-        """The reference-side quantity ``bounds`` needs (max over the given prepared rows)."""
+    def ref_scale(self, R: dict) -> torch.Tensor:
+        """The reference-side quantity ``bounds`` needs: a 0-d tensor on the rows' device
+        (max over the given prepared rows), so no host synchronisation is needed."""
+        rows = R["rows"]
         if self.name in ("euclidean", "sqeuclidean"):
-            return float(R["sqnorm"].max()) if R["sqnorm"].numel() else 0.0
-        if self.name == "inner_product":
-            return float(R["norm"].max()) if R["norm"].numel() else 0.0
-        return 0.0
+            values = R["sqnorm"]
+        elif self.name == "inner_product":
+            values = R["norm"]
+        else:
+            return torch.zeros((), dtype=rows.dtype, device=rows.device)
+        return values.amax() if values.numel() else torch.zeros((), dtype=rows.dtype, device=rows.device)
 
 
 def get_metric(metric: str = "euclidean", p: float | None = None) -> Metric:

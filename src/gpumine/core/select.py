@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["topk_smallest", "sort_by_score_then_index", "merge_topk", "PAD_INDEX"]
+__all__ = ["topk_smallest", "sort_by_score_then_index", "topk_by_score_then_index", "merge_topk", "PAD_INDEX"]
 
 PAD_INDEX = -1
 
@@ -68,6 +68,33 @@ def sort_by_score_then_index(values: torch.Tensor, index: torch.Tensor):
     return values.gather(1, order), index.gather(1, order)
 
 
+def _ordered_int32(values: torch.Tensor) -> torch.Tensor:
+    """float32 -> int32 with the same order (negative floats reversed); -0.0 just below +0.0."""
+    bits = values.contiguous().view(torch.int32)
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+
+def topk_by_score_then_index(values: torch.Tensor, index: torch.Tensor, k: int):
+    """The best ``k`` of each row by (value, index), ascending; padding (index -1) last.
+
+    For float32 one top-k over packed int64 keys (order-preserving value bits,
+    then the index) does it in a single pass; float64 falls back to two stable
+    sorts.
+    """
+    if values.dtype == torch.float32 and values.shape[1]:
+        values = torch.where(values == 0, torch.zeros_like(values), values)  # -0.0 and +0.0 tie
+        key = (_ordered_int32(values).to(torch.int64) << 32) | (index & 0xFFFFFFFF)
+        kk = min(k, key.shape[1])
+        key = torch.topk(key, kk, dim=1, largest=False, sorted=True).values
+        idx = key & 0xFFFFFFFF
+        idx = torch.where(idx == 0xFFFFFFFF, torch.full_like(idx, PAD_INDEX), idx)
+        ordered = (key >> 32).to(torch.int32)
+        bits = ordered ^ ((ordered >> 31) & 0x7FFFFFFF)
+        return bits.view(torch.float32), idx
+    values, index = sort_by_score_then_index(values, index)
+    return values[:, :k], index[:, :k]
+
+
 def merge_topk(values_a, index_a, values_b, index_b, k: int):
     """Merge two partial top-k lists of the same rows into the best ``k`` under the tie rule.
 
@@ -84,7 +111,7 @@ def merge_topk(values_a, index_a, values_b, index_b, k: int):
     """
     values = torch.cat([values_a, values_b], dim=1)
     index = torch.cat([index_a, index_b], dim=1)
-    values, index = sort_by_score_then_index(values, index)
+    values, index = topk_by_score_then_index(values, index, k)
     if values.shape[1] < k:
         pad = k - values.shape[1]
         values = torch.cat([values, values.new_full((values.shape[0], pad), float("inf"))], dim=1)

@@ -26,7 +26,7 @@ import torch
 from .._progress import Progress
 from ..config import get_config, resolve_backend
 from ..core.distance import Metric
-from ..core.select import PAD_INDEX, merge_topk, sort_by_score_then_index, topk_smallest
+from ..core.select import PAD_INDEX, merge_topk, topk_by_score_then_index, topk_smallest
 from ..core.tiles import TilePlan, fits_on_device, iter_row_chunks, plan_tiles
 from ..core.triton.knn import FUSED_METRICS, MAX_FUSED_CANDIDATES, fused_candidates
 
@@ -77,6 +77,11 @@ def choose_backend(backend, device: torch.device, metric: Metric, dtype: torch.d
     return resolved
 
 
+def _max_scale(scales):
+    """Largest of the per-tile reference scales, kept on the device (no host sync)."""
+    return torch.stack(scales).amax() if scales else 0.0
+
+
 class _References:
     """Reference rows as tiles on the device: kept resident when they fit, else streamed from host."""
 
@@ -96,19 +101,19 @@ class _References:
                 (start, self.metric.prepare(chunk, self.centre, "ref"))
                 for start, chunk in iter_row_chunks(self.data, rows_per_tile, device)
             ]
-            self.scale = max((metric.ref_scale(p) for _, p in self._prepared), default=0.0)
+            self.scale = _max_scale([metric.ref_scale(p) for _, p in self._prepared])
 
     def prepared_tiles(self):
         """Yield ``(start, prepared_rows)``; also fills ``scale`` on a streamed first pass."""
         if self._prepared is not None:
             yield from self._prepared
             return
-        scale = 0.0
+        scales = []
         for start, chunk in iter_row_chunks(self.data, self.rows_per_tile, self.device):
             prepared = self.metric.prepare(chunk, self.centre, "ref")
-            scale = max(scale, self.metric.ref_scale(prepared))
+            scales.append(self.metric.ref_scale(prepared))
             yield start, prepared
-        self.scale = scale
+        self.scale = _max_scale(scales)
 
     def raw_tiles(self):
         yield from iter_row_chunks(self.data, self.rows_per_tile, self.device)
@@ -146,7 +151,7 @@ def _tile_candidates(S: torch.Tensor, c: int):
     is all the certificate needs.
     """
     q, r = S.shape
-    if r <= 16 * c:
+    if r <= max(16 * c, 2048):  # small enough that one top-k beats more launches
         return torch.topk(S, min(c, r), dim=1, largest=False, sorted=False)
     n_groups = r // _GROUP
     body = n_groups * _GROUP
@@ -239,14 +244,18 @@ def knn_search(
 def _candidates(Qp: dict, refs: _References, q0: int, c: int, exclude_self: bool):
     q = Qp["rows"].shape[0]
     device = Qp["rows"].device
-    values = torch.full((q, c), float("inf"), dtype=Qp["rows"].dtype, device=device)
-    index = torch.full((q, c), PAD_INDEX, dtype=torch.int64, device=device)
+    values = index = None
     for r0, Rp in refs.prepared_tiles():
         S = refs.metric.tile_scores(Qp, Rp)
         if exclude_self:
             _mask_self(S, q0, r0)
         v, pos = _tile_candidates(S, c)
-        values, index = _keep_best(values, index, v, pos + r0, c)
+        pos = pos + r0
+        values, index = (v, pos) if values is None else _keep_best(values, index, v, pos, c)
+    if values.shape[1] < c:  # fewer references than candidates in the first tile: pad
+        pad = c - values.shape[1]
+        values = torch.cat([values, values.new_full((q, pad), float("inf"))], dim=1)
+        index = torch.cat([index, index.new_full((q, pad), PAD_INDEX)], dim=1)
     return values, index
 
 
@@ -267,9 +276,8 @@ def _candidates_fused(Q, Qp, refs: _References, q0: int, c: int, exclude_self: b
 def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, q0, exclude_self, plan):
     """Exact scores of the candidates, the best k by (score, index), and which rows are certified."""
     q, d = Q.shape
-    cand_scores, order = torch.sort(cand_scores, dim=1)
-    cand_index = cand_index.gather(1, order)
-    kth, cth = cand_scores[:, k - 1], cand_scores[:, c - 1]
+    kth = torch.topk(cand_scores, k, dim=1, largest=False, sorted=False).values.amax(1)
+    cth = cand_scores.amax(1)
     low, high = metric.bounds(Qp, refs.scale, d, Q.device, kth, cth)
     certified = torch.isinf(cth) | (cth - low > kth + high)
     if c >= n_ref:
@@ -287,8 +295,8 @@ def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, q0, exclu
             own = torch.arange(q0 + s, q0 + s + ci.shape[0], device=ci.device)[:, None]
             invalid |= ci == own
         exact = torch.where(invalid, torch.full_like(exact, float("inf")), exact)
-        v, i = sort_by_score_then_index(exact, torch.where(invalid, torch.full_like(ci, PAD_INDEX), ci))
-        scores[s : s + sub], index[s : s + sub] = v[:, :k], i[:, :k]
+        v, i = topk_by_score_then_index(exact, torch.where(invalid, torch.full_like(ci, PAD_INDEX), ci), k)
+        scores[s : s + sub], index[s : s + sub] = v, i
     return scores, index, certified
 
 
