@@ -1,0 +1,963 @@
+"""C4.5 decision trees built from counts (seed 002, sections 3.5.3-3.5.5), with Weka J48's rules.
+
+The tree grows breadth-first. All nodes of one depth are counted together: one
+contingency pass gives, for every node × attribute level × class, the (weighted)
+count — by AND + popcount of level bitmaps with node-and-class row bitmaps
+(``representation="bitmap"``/``"bitslice"``), or by one bincount over integer
+codes (``"histogram"``); ``"auto"`` picks per depth by measured cost. Node
+partitions stay on the device (row lists and, for the bitmap path, row bitmaps
+made by one scatter per depth); only the small count tables reach the host
+logic, which is vectorised over all nodes of the depth.
+
+J48 rules followed (weka.classifiers.trees.j48, C4.5 release 8): gain ratio
+among attributes whose information gain is at least the average (minus 1e-3);
+multiway splits on nominal attributes, binary ``<=`` splits on numeric ones with
+the MDL correction ``log2(#candidate cuts) / N`` and the minimum split size
+``clip(0.1 * N / n_classes, min_samples_leaf, 25)``; at least two branches with
+``min_samples_leaf`` instances; missing values: gain scaled by the known
+fraction, split information with the unknowns as an extra branch, instances
+with a missing value sent down every branch with fractional weights, and the
+same at prediction time; collapsing and pessimistic (confidence-bound) subtree
+replacement pruning. Not done: subtree raising (J48's default ``-S`` off, i.e.
+this equals ``J48 -S``), Laplace leaves, reduced-error pruning.
+
+Numeric attributes with more than ``max_bins`` distinct values are cut into
+``max_bins`` equal-frequency bins first (cut points only between bins; exact
+J48 otherwise).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy.stats import norm
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, column_or_1d
+
+from .._validation import output_kind, to_output
+from ..config import resolve_backend, resolve_device
+from ._bits import pack_codes, pack_groups
+from ._ops import and_count_matrix, contingency_tables, grouped_histogram, level_offsets, measured_costs
+from ._store import BitmapStore
+
+__all__ = ["C45Classifier", "add_errors"]
+
+_SMALL = 1e-6
+_LN2 = math.log(2.0)
+_REPRESENTATIONS = ("auto", "bitmap", "bitslice", "histogram")
+
+
+_Z_CACHE: dict = {}
+
+
+def add_errors(N: float, e: float, cf: float) -> float:
+    """Weka's ``Stats.addErrs``: extra errors at the upper confidence bound ``cf`` of ``e`` errors in ``N``.
+
+    Examples
+    --------
+    >>> round(add_errors(6, 0, 0.25), 4), round(add_errors(14, 5, 0.25), 4)
+    (1.2378, 1.7611)
+    """
+    if cf > 0.5:
+        raise ValueError(f"confidence must be at most 0.5; got {cf}")
+    if e < 1:
+        base = N * (1 - math.pow(cf, 1 / N))
+        if e == 0:
+            return base
+        return base + e * (add_errors(N, 1, cf) - base)
+    if e + 0.5 >= N:
+        return max(N - e, 0.0)
+    z = _Z_CACHE.get(cf)
+    if z is None:
+        z = _Z_CACHE[cf] = float(norm.ppf(1 - cf))
+    f = (e + 0.5) / N
+    r = (f + (z * z) / (2 * N) + z * math.sqrt((f / N) - (f * f / N) + (z * z / (4 * N * N)))) / (1 + (z * z) / N)
+    return (r * N) - e
+
+
+def _lnf(x):
+    return torch.where(x < _SMALL, torch.zeros_like(x), x * torch.log(x.clamp_min(1e-300)))
+
+
+class _Columns:
+    """Per-feature encoding of a training matrix into ordered / nominal codes."""
+
+    def __init__(self, X: np.ndarray, nominal: np.ndarray, max_bins: int, names):
+        self.nominal = nominal
+        self.names = names
+        self.n_known, self.has_missing, self.values, self.bin_max, self.bin_min = [], [], [], [], []
+        for j in range(X.shape[1]):
+            col = X[:, j]
+            miss = _isna(col)
+            known = col[~miss]
+            if nominal[j]:
+                vals = _sorted_unique(known)
+                self.values.append(vals)
+                self.bin_max.append(None)
+                self.bin_min.append(None)
+            else:
+                kv = known.astype(np.float64)
+                vals = np.unique(kv)
+                if vals.size > max_bins:
+                    # equal-frequency cuts at data values; bin c holds (cuts[c-1], cuts[c]]
+                    cuts = np.unique(np.quantile(kv, np.linspace(0, 1, max_bins + 1)[1:-1], method="lower"))
+                    while cuts.size and cuts[-1] >= vals[-1]:
+                        cuts = cuts[:-1]
+                    self.values.append(("binned", cuts))
+                    self.bin_max.append(np.r_[cuts, vals[-1]])
+                    self.bin_min.append(np.r_[vals[0], vals[np.searchsorted(vals, cuts, side="right")]])
+                else:
+                    self.values.append(vals)
+                    self.bin_max.append(vals)
+                    self.bin_min.append(vals)
+            self.n_known.append(self._n_known(j))
+            self.has_missing.append(bool(miss.any()))
+        self.n_levels = [k + 1 for k in self.n_known]  # the last level of every column is "missing"
+
+    def _n_known(self, j):
+        v = self.values[j]
+        if isinstance(v, tuple):
+            return int(v[1].size + 1)
+        return int(len(v))
+
+    def encode_train(self, X: np.ndarray) -> np.ndarray:
+        out = np.empty(X.shape, dtype=np.int32)
+        for j in range(X.shape[1]):
+            out[:, j] = self.encode_col(X[:, j], j, unknown="error")
+        return out
+
+    def encode_col(self, col, j, unknown="error"):
+        miss = _isna(col)
+        out = np.full(col.shape[0], self.n_known[j], dtype=np.int32)  # missing code
+        known = ~miss
+        v = self.values[j]
+        if self.nominal[j]:
+            lookup = {_nkey(x): i for i, x in enumerate(v.tolist())}
+            codes = np.fromiter((lookup.get(_nkey(x), -1) for x in col[known].tolist()), dtype=np.int64,
+                                count=int(known.sum()))
+            if (codes < 0).any():
+                if unknown == "error":
+                    bad = col[known][codes < 0][0]
+                    raise ValueError(
+                        f"feature {self.names[j]!r} has category {bad!r} that was not seen in fit; refit with data "
+                        "holding it, or use handle_unknown='missing' to treat it as a missing value"
+                    )
+                codes = np.where(codes < 0, self.n_known[j], codes)
+            out[known] = codes
+        elif isinstance(v, tuple):
+            out[known] = np.searchsorted(v[1], col[known].astype(np.float64), side="left")
+        else:
+            out[known] = np.clip(np.searchsorted(v, col[known].astype(np.float64), side="left"), 0, len(v) - 1)
+        return out
+
+
+def _isna(col):
+    if col.dtype.kind == "f":
+        return np.isnan(col)
+    if col.dtype.kind in "biu":
+        return np.zeros(col.shape[0], dtype=bool)
+    return np.asarray(pd.isna(col), dtype=bool)
+
+
+def _nkey(v):
+    if isinstance(v, (bool, np.bool_)):
+        return ("b", bool(v))
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return ("n", float(v))
+    return ("s", str(v))
+
+
+def _sorted_unique(known):
+    seen = {}
+    for x in known.tolist():
+        seen.setdefault(_nkey(x), x)
+    keys = sorted(seen)
+    arr = np.empty(len(keys), dtype=object)
+    arr[:] = [seen[k] for k in keys]
+    return arr
+
+
+class C45Classifier(ClassifierMixin, BaseEstimator):
+    """C4.5 decision tree (Weka J48 rules) grown from batched counts on the GPU.
+
+    Parameters
+    ----------
+    min_samples_leaf : int, default=2
+        J48's ``minNumObj``: a split needs two branches with at least this weight.
+    confidence : float in (0, 0.5], default=0.25
+        Confidence factor of pessimistic pruning (smaller prunes more).
+    max_depth : int, default=None
+        Depth limit (the root has depth 0).
+    prune : bool, default=True
+        Pessimistic subtree-replacement pruning (``False``: J48 ``-U``).
+    collapse : bool, default=True
+        Collapse subtrees that do not reduce training errors (J48's default).
+    categorical_features : None, "all", array of indices or bool mask, default=None
+        Nominal features (multiway splits). ``None``: the non-numeric columns of a
+        DataFrame; every column of an array is numeric.
+    max_bins : int, default=256
+        Numeric features with more distinct values are cut into this many
+        equal-frequency bins (cut points between bins only).
+    handle_unknown : {"error", "missing"}, default="error"
+        A nominal category at predict time that fit never saw: raise, or treat as missing.
+    representation : {"auto", "histogram", "bitmap", "bitslice"}, default="auto"
+        How the per-depth counts are taken (see the module doc). Fractional
+        weights (sample weights, missing values) always count by histogram.
+    device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
+    backend : {"auto", "torch", "triton"}, default="auto"
+
+    Attributes
+    ----------
+    classes_ : ndarray
+    n_features_in_ : int
+    feature_names_in_ : ndarray (when fit on a DataFrame with string column names)
+    n_nodes_, n_leaves_, depth_ : int
+    representations_ : list of str
+        The representation used at each depth.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> X = pd.DataFrame({"outlook": ["sunny", "sunny", "overcast", "rainy", "rainy", "rainy", "overcast",
+    ...                               "sunny", "sunny", "rainy", "sunny", "overcast", "overcast", "rainy"],
+    ...                   "windy": [False, True, False, False, False, True, True,
+    ...                             False, False, False, True, True, False, True]})
+    >>> y = ["no", "no", "yes", "yes", "yes", "no", "yes", "no", "yes", "yes", "yes", "yes", "yes", "no"]
+    >>> tree = C45Classifier(min_samples_leaf=1, device="cpu").fit(X, y)
+    >>> print(tree.export_text())
+    outlook = overcast: yes (4.0)
+    outlook = rainy
+    |   windy = False: yes (3.0)
+    |   windy = True: no (2.0)
+    outlook = sunny: no (5.0/2.0)
+    """
+
+    def __init__(self, min_samples_leaf=2, confidence=0.25, max_depth=None, *, prune=True, collapse=True,
+                 categorical_features=None, max_bins=256, handle_unknown="error", representation="auto",
+                 device="auto", backend="auto"):
+        self.min_samples_leaf = min_samples_leaf
+        self.confidence = confidence
+        self.max_depth = max_depth
+        self.prune = prune
+        self.collapse = collapse
+        self.categorical_features = categorical_features
+        self.max_bins = max_bins
+        self.handle_unknown = handle_unknown
+        self.representation = representation
+        self.device = device
+        self.backend = backend
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        tags.input_tags.categorical = True
+        tags.input_tags.string = True
+        return tags
+
+    # ------------------------------------------------------------------ input
+    def _check_params(self):
+        m = self.min_samples_leaf
+        if isinstance(m, bool) or not isinstance(m, numbers.Real) or m < 1:
+            raise ValueError(f"min_samples_leaf must be a number >= 1; got {m!r}")
+        if isinstance(self.confidence, bool) or not isinstance(self.confidence, numbers.Real) or not 0 < self.confidence <= 0.5:
+            raise ValueError(f"confidence must be in (0, 0.5]; got {self.confidence!r}")
+        if self.max_depth is not None and (isinstance(self.max_depth, bool) or not isinstance(self.max_depth, numbers.Integral)
+                                           or self.max_depth < 0):
+            raise ValueError(f"max_depth must be a non-negative integer or None; got {self.max_depth!r}")
+        if isinstance(self.max_bins, bool) or not isinstance(self.max_bins, numbers.Integral) or self.max_bins < 2:
+            raise ValueError(f"max_bins must be an integer >= 2; got {self.max_bins!r}")
+        if self.handle_unknown not in ("error", "missing"):
+            raise ValueError(f"handle_unknown must be 'error' or 'missing'; got {self.handle_unknown!r}")
+        if self.representation not in _REPRESENTATIONS:
+            raise ValueError(f"representation must be one of {_REPRESENTATIONS}; got {self.representation!r}")
+
+    def _to_frame(self, X, reset):
+        """A 2-D object-or-float NumPy matrix and the nominal mask; sets / checks feature names and count."""
+        names = None
+        if isinstance(X, pd.DataFrame):
+            names = [str(c) for c in X.columns]
+            is_num = np.array([pd.api.types.is_numeric_dtype(X[c]) and not pd.api.types.is_bool_dtype(X[c]) for c in X.columns])
+            if is_num.all():
+                arr = X.to_numpy(dtype=np.float64, na_value=np.nan)
+            else:
+                arr = X.to_numpy(dtype=object)
+        else:
+            if isinstance(X, torch.Tensor):
+                X = X.detach().cpu().numpy()
+            if hasattr(X, "toarray") and hasattr(X, "nnz"):
+                raise TypeError("sparse input is not supported; convert it with X.toarray()")
+            arr = np.asarray(X)
+            if arr.dtype.kind == "c":
+                raise ValueError("Complex data not supported; pass real numbers")
+            if arr.dtype.kind not in "biufOUSb":
+                raise ValueError(f"X has dtype {arr.dtype}, which is not supported")
+            if arr.dtype.kind in "biuf" and arr.dtype != np.float64:
+                arr = arr.astype(np.float64)
+            if arr.dtype.kind in "US":
+                arr = arr.astype(object)
+            if arr.dtype.kind == "c":
+                raise ValueError("complex data is not supported")
+            is_num = np.full(arr.shape[1] if arr.ndim == 2 else 0, arr.dtype.kind == "f")
+        if arr.ndim != 2:
+            raise ValueError(f"Expected 2D array, got {arr.ndim}D array instead. Reshape your data either using "
+                             "array.reshape(-1, 1) if your data has a single feature or array.reshape(1, -1) "
+                             "if it contains a single sample.")
+        if arr.shape[0] == 0:
+            raise ValueError(f"Found array with 0 sample(s) (shape={arr.shape}) while a minimum of 1 is required.")
+        if arr.shape[1] == 0:
+            raise ValueError(f"Found array with 0 feature(s) (shape={arr.shape}) while a minimum of 1 is required.")
+        if reset:
+            self.n_features_in_ = arr.shape[1]
+            if names is not None and all(isinstance(c, str) for c in X.columns):
+                self.feature_names_in_ = np.asarray(names, dtype=object)
+            elif hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+        else:
+            if arr.shape[1] != self.n_features_in_:
+                raise ValueError(f"X has {arr.shape[1]} features, but C45Classifier is expecting {self.n_features_in_} "
+                                 "features as input; pass data with the same columns as in fit")
+            if hasattr(self, "feature_names_in_") and names is not None and list(self.feature_names_in_) != names:
+                raise ValueError("The feature names should match those that were passed during fit.")
+        if arr.dtype.kind == "f" and np.isinf(arr).any():
+            raise ValueError("Input X contains infinity or a value too large for dtype('float64'); "
+                             "use NaN for missing values")
+        return arr, is_num, names
+
+    def _nominal_mask(self, is_num, n_features):
+        cf = self.categorical_features
+        if cf is None:
+            return ~is_num
+        if isinstance(cf, str):
+            if cf != "all":
+                raise ValueError(f"categorical_features must be None, 'all', indices or a bool mask; got {cf!r}")
+            return np.ones(n_features, dtype=bool)
+        cf = np.asarray(cf)
+        if cf.size == 0:
+            cf = cf.astype(np.int64)
+        if cf.dtype.kind not in "biu":
+            raise ValueError(f"categorical_features must be None, 'all', integer indices or a bool mask; got {cf.tolist()!r}")
+        if cf.dtype == bool:
+            if cf.shape != (n_features,):
+                raise ValueError(f"categorical_features as a mask must have shape ({n_features},); got {cf.shape}")
+            mask = cf.copy()
+        else:
+            mask = np.zeros(n_features, dtype=bool)
+            if cf.size and (cf.min() < -n_features or cf.max() >= n_features):
+                raise ValueError(f"categorical_features indices must lie in [0, {n_features}); got {cf.tolist()}")
+            mask[cf] = True
+        if (~mask & ~is_num).any():
+            j = int(np.flatnonzero(~mask & ~is_num)[0])
+            raise ValueError(f"feature {j} holds non-numeric values; list it in categorical_features")
+        return mask
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, y, sample_weight=None):
+        """Grow (and prune) the tree.
+
+        Parameters
+        ----------
+        X : array-like or DataFrame of shape (n_samples, n_features); NaN / None are missing values
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self
+        """
+        self._check_params()
+        self._device = resolve_device(self.device)
+        self._backend = resolve_backend(self.backend, self._device)
+        arr, is_num, names = self._to_frame(X, reset=True)
+        y = column_or_1d(y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else y, warn=True)
+        if y.shape[0] != arr.shape[0]:
+            raise ValueError(f"y has {y.shape[0]} labels but X has {arr.shape[0]} samples; pass one label per row of X")
+        check_classification_targets(y)
+        if y.dtype.kind == "f" and not np.isfinite(y).all():
+            raise ValueError("y contains NaN or infinity")
+        self.classes_, ycodes = np.unique(y, return_inverse=True)
+        n, d = arr.shape
+        w = None
+        if sample_weight is not None:
+            w = np.asarray(sample_weight, dtype=np.float64)
+            if w.ndim == 0:
+                w = np.full(n, float(w))
+            if w.shape != (n,):
+                raise ValueError(f"sample_weight has shape {w.shape}; expected ({n},)")
+            if not np.isfinite(w).all() or (w < 0).any():
+                raise ValueError("sample_weight must be finite and non-negative")
+            if not (w > 0).any():
+                raise ValueError("Sample weights must contain at least one non-zero number; pass positive weights")
+            if np.all(w == 1.0):
+                w = None
+            elif (w == 0).any():
+                # zero weight is the same as absent: such rows must not shape the encoding either
+                keep = w > 0
+                arr, ycodes, w = arr[keep], ycodes[keep], w[keep]
+                n = arr.shape[0]
+        nominal = self._nominal_mask(is_num, d)
+        self._names = names or [f"x{j}" for j in range(d)]
+        self._cols = _Columns(arr, nominal, int(self.max_bins), self._names)
+        codes = torch.from_numpy(self._cols.encode_train(arr)).to(self._device)
+        y_t = torch.from_numpy(ycodes.astype(np.int64)).to(self._device)
+        w_t = None if w is None else torch.from_numpy(w).to(self._device)
+        self._grow(codes, y_t, w_t, n)
+        if self.collapse:
+            self._collapse(0)
+        if self.prune:
+            self._prune()
+        self._finalize()
+        return self
+
+    def _grow(self, codes, y, w, n):
+        dev = self._device
+        cols = self._cols
+        C = len(self.classes_)
+        d = codes.shape[1]
+        L_off = level_offsets(cols.n_levels)
+        n_levels = cols.n_levels
+        minobj = float(self.min_samples_leaf)
+        multival = all(cols.n_known[j] >= 0.3 * n for j in range(d) if cols.nominal[j])
+        counted = np.array([(not cols.nominal[j]) or multival or cols.n_known[j] < 0.3 * n for j in range(d)])
+        counted_t = torch.as_tensor(counted, device=dev)
+        n_known = np.asarray(cols.n_known, dtype=np.int64)
+        nominal = np.asarray(cols.nominal, dtype=bool)
+        maxk = int(max([2] + [cols.n_known[j] for j in range(d) if cols.nominal[j]]))
+        T = self._tree = _Nodes(C, maxk)
+        self.representations_ = []
+        rows = torch.arange(n, device=dev)
+        group = torch.zeros(n, dtype=torch.int64, device=dev)
+        weight = w
+        level_nodes = T.add(np.array([-1]), 0)
+        store = None
+        class_bits = None
+        depth = 0
+        while level_nodes.size:
+            G = level_nodes.size
+            rep = self._pick_rep(rows.shape[0], n, d, G, C, weight is not None, store is not None)
+            self.representations_.append(rep)
+            if rep == "histogram":
+                counts = grouped_histogram(codes, n_levels, y, C, rows, group, G, weight).to(torch.float64)
+            else:
+                if store is None:
+                    store = BitmapStore.from_codes(codes, n_levels)
+                    if rep == "bitslice":
+                        store = store.to_bitslice()
+                    class_bits = pack_codes(y, C)
+                counts = self._bitmap_counts(store, class_bits, rows, group, G, C, n).to(torch.float64)
+            # counts: (G, L, C) weighted counts of node x attribute level x class
+            tot = counts[:, L_off[0]:L_off[1], :].sum(1)
+            total = tot.sum(1)
+            T.dist[level_nodes] = tot.cpu().numpy()
+            splittable = (total >= 2 * minobj - _SMALL) & ((total - tot.max(1).values) > _SMALL)
+            if self.max_depth is not None and depth >= self.max_depth:
+                splittable = torch.zeros_like(splittable)
+            best, infos = self._select(counts, tot, total, L_off, counted_t, splittable, C, minobj)
+            ba = best.cpu().numpy()
+            S = np.flatnonzero(ba >= 0)
+            if S.size == 0:
+                break
+            attrs = ba[S]
+            k_S = np.where(nominal[attrs], n_known[attrs], 2)
+            n_before = T.n
+            kids = T.add(np.repeat(level_nodes[S], k_S), depth + 1)
+            first = n_before + np.cumsum(k_S) - k_S
+            par = level_nodes[S]
+            T.attr[par] = attrs
+            T.first[par] = first
+            T.nchild[par] = k_S
+            child_base = np.full(G, -1, dtype=np.int64)
+            child_base[S] = first - n_before
+            thr_code = np.full(G, -1, dtype=np.int64)
+            is_num = np.zeros(G, dtype=bool)
+            frac_tab = np.zeros((G, maxk))
+            for j in np.unique(attrs):
+                sel = S[attrs == j]
+                bags = infos[j]["bags"][sel]
+                known = bags.sum(1, keepdims=True)
+                frac = np.where(known > 0, bags / np.where(known > 0, known, 1), 1.0 / bags.shape[1])
+                frac_tab[sel, :bags.shape[1]] = frac
+                T.frac[level_nodes[sel], :bags.shape[1]] = frac
+                if not nominal[j]:
+                    t = infos[j]["thr"][sel]
+                    thr_code[sel] = t
+                    is_num[sel] = True
+                    T.thr[level_nodes[sel]] = self._thresholds(j, t, infos[j]["next"][sel])
+            rows, group, weight = self._route(codes, rows, group, weight, ba, child_base, k_S, S, thr_code, is_num,
+                                              frac_tab)
+            # children that got no weight are empty leaves: kept in the tree, dropped from the next depth
+            wsum = torch.zeros(kids.size, dtype=torch.float64, device=dev)
+            if rows.numel():
+                wsum.index_add_(0, group, weight if weight is not None else torch.ones_like(group, dtype=torch.float64))
+            nonempty = (wsum > 0).cpu().numpy()
+            if not nonempty.all() and rows.numel():
+                remap = np.full(kids.size, -1, dtype=np.int64)
+                remap[nonempty] = np.arange(int(nonempty.sum()))
+                group = torch.as_tensor(remap, device=dev)[group]
+            level_nodes = kids[nonempty]
+            depth += 1
+
+    def _thresholds(self, j, t, nxt):
+        """J48's cut: the largest training value <= the midpoint of the node's two adjacent values."""
+        bmax = self._cols.bin_max[j]
+        lo = bmax[t]
+        hi = self._cols.bin_min[j][nxt]
+        mid = (lo + hi) / 2
+        mid = np.where(mid == hi, lo, mid)
+        i = np.searchsorted(bmax, mid, side="right") - 1
+        return bmax[np.maximum(i, t)]
+
+    def _pick_rep(self, m, n, d, G, C, weighted, built):
+        rep = self.representation
+        if weighted:
+            return "histogram"
+        if rep != "auto":
+            return rep
+        if self._device.type == "cpu":
+            return "histogram"  # no popcount instruction in torch on the CPU: the histogram always wins there
+        c = measured_costs(self._device, self._backend)
+        nw = (n + 63) // 64
+        L = sum(self._cols.n_levels)
+        bitmap = c["word"] * nw * L * G * C + c["pack"] * n * (1 + (0 if built else d))
+        hist = c["entry"] * m * d
+        return "bitmap" if bitmap < hist else "histogram"
+
+    def _bitmap_counts(self, store, class_bits, rows, group, G, C, n):
+        masks = pack_groups(group, G, n, rows=rows)  # node existential bitmaps, one scatter
+        nw = masks.shape[1]
+        L = sum(store.n_levels)
+        out = torch.zeros(G, L, C, dtype=torch.int64, device=masks.device)
+        from ..config import working_memory_bytes
+
+        chunk = max(1, working_memory_bytes(None, masks.device) // (8 * 4 * max(1, C * nw)))
+        for g0 in range(0, G, chunk):
+            R = (masks[g0:g0 + chunk, None, :] & class_bits[None, :, :]).reshape(-1, nw)
+            if isinstance(store, BitmapStore):
+                cnt = and_count_matrix(store.words, R, backend=self._backend)
+            else:
+                cnt = contingency_tables(store, R, backend=self._backend)
+            out[g0:g0 + chunk] = cnt.reshape(L, -1, C).permute(1, 0, 2)
+        return out
+
+    def _select(self, counts, tot, total, L_off, counted, splittable, C, minobj):
+        """Best attribute per node (``-1``: leaf) and per-attribute split details, vectorised over nodes."""
+        G_all = counts.shape[0]
+        sel = splittable.nonzero()[:, 0]
+        best_all = torch.full((G_all,), -1, dtype=torch.int64, device=counts.device)
+        if sel.numel() == 0:
+            return best_all, []
+        best, infos = self._select_sub(counts[sel], tot[sel], total[sel], L_off, counted, C, minobj)
+        best_all[sel] = best
+        sel_h = sel.cpu().numpy()
+        full = []
+        for info in infos:
+            f = {}
+            for key, v in info.items():
+                arr = np.zeros((G_all,) + v.shape[1:], dtype=v.dtype)
+                arr[sel_h] = v
+                f[key] = arr
+            full.append(f)
+        return best_all, full
+
+    def _select_sub(self, counts, tot, total, L_off, counted, C, minobj):
+        cols = self._cols
+        G = counts.shape[0]
+        dev = counts.device
+        d = len(cols.n_known)
+        gains = torch.zeros(G, d, dtype=torch.float64, device=dev)
+        ratios = torch.zeros(G, d, dtype=torch.float64, device=dev)
+        valid = torch.zeros(G, d, dtype=torch.bool, device=dev)
+        infos = []
+        for j in range(d):
+            k = cols.n_known[j]
+            K = counts[:, L_off[j]:L_off[j] + k, :]  # (G, k, C) known levels
+            known_c = K.sum(1)  # (G, C)
+            known = known_c.sum(1)
+            unknown = (total - known).clamp_min(0)
+            rate = torch.where(total > 0, unknown / total.clamp_min(1e-300), torch.zeros_like(total))
+            old_ent = (_lnf(known) - _lnf(known_c).sum(1)) / _LN2
+            if cols.nominal[j]:
+                per_bag = K.sum(2)  # (G, k)
+                new_ent = (_lnf(per_bag).sum(1) - _lnf(K).sum((1, 2))) / _LN2
+                num = (1 - rate) * (old_ent - new_ent)
+                gain = torch.where(num.abs() < _SMALL, torch.zeros_like(num), num / known.clamp_min(1e-300))
+                ok = ((per_bag >= minobj - _SMALL).sum(1) >= 2) & (known > 0)
+                split_ent = (-_lnf(per_bag).sum(1) - _lnf(unknown) + _lnf(total)) / _LN2
+                ratio = _ratio(gain, split_ent, total)
+                infos.append({"bags": per_bag.cpu().numpy()})
+            else:
+                left_c = K.cumsum(1)[:, :-1, :]  # (G, k-1, C): cut after level t
+                left = left_c.sum(2)
+                right_c = known_c[:, None, :] - left_c
+                right = known[:, None] - left
+                present = K.sum(2)[:, :-1] > 0
+                min_split = (0.1 * known / C).clamp(min=minobj, max=25.0)
+                cand = present & (left >= min_split[:, None] - _SMALL) & (right >= min_split[:, None] - _SMALL)
+                cand &= (known >= 2 * min_split - _SMALL)[:, None]
+                new_ent = (_lnf(left) + _lnf(right) - _lnf(left_c).sum(2) - _lnf(right_c).sum(2)) / _LN2
+                num = (1 - rate)[:, None] * (old_ent[:, None] - new_ent)
+                g_t = torch.where(num.abs() < _SMALL, torch.zeros_like(num), num / known.clamp_min(1e-300)[:, None])
+                g_t = torch.where(cand, g_t, torch.full_like(g_t, -math.inf))
+                n_cand = cand.sum(1)
+                if g_t.shape[1]:
+                    best_g, _ = g_t.max(1)
+                    # the first cut within 1e-6 of the best (J48 scans cuts in order, keeping strict improvements)
+                    first = (g_t >= best_g[:, None] - _SMALL).to(torch.int8).argmax(1)
+                else:
+                    best_g = torch.full((G,), -math.inf, dtype=torch.float64, device=dev)
+                    first = torch.zeros(G, dtype=torch.int64, device=dev)
+                has = (n_cand > 0) & (best_g > _SMALL)
+                gain = best_g - torch.log2(n_cand.clamp_min(1).to(torch.float64)) / total.clamp_min(1e-300)
+                ok = has & (gain > _SMALL)
+                gain = torch.where(ok, gain, torch.zeros_like(gain))
+                idx = first.clamp_max(max(k - 2, 0))
+                if g_t.shape[1]:
+                    lb = left.gather(1, idx[:, None])[:, 0]
+                    rb = right.gather(1, idx[:, None])[:, 0]
+                else:
+                    lb = rb = torch.zeros_like(known)
+                split_ent = (-_lnf(lb) - _lnf(rb) - _lnf(unknown) + _lnf(total)) / _LN2
+                ratio = _ratio(gain, split_ent, total)
+                pos = torch.arange(k, device=dev)
+                pres_all = K.sum(2) > 0
+                nxt = torch.where(pres_all & (pos[None, :] > idx[:, None]), pos[None, :], torch.full_like(pres_all, k, dtype=torch.int64)).min(1).values
+                infos.append({"thr": idx.cpu().numpy(), "next": nxt.clamp_max(k - 1).cpu().numpy(),
+                              "bags": torch.stack([lb, rb], 1).cpu().numpy()})
+            gains[:, j] = gain
+            ratios[:, j] = ratio
+            valid[:, j] = ok
+        use = valid & counted[None, :]
+        n_use = use.sum(1)
+        avg = torch.where(n_use > 0, (gains * use).sum(1) / n_use.clamp_min(1), torch.zeros_like(total))
+        elig = valid & (gains >= avg[:, None] - 1e-3)
+        r = torch.where(elig, ratios, torch.full_like(ratios, -math.inf))
+        best_r, _ = r.max(1)
+        first = (r >= best_r[:, None] - _SMALL).to(torch.int8).argmax(1)
+        ok = (n_use > 0) & (best_r > _SMALL)
+        best = torch.where(ok, first, torch.full_like(first, -1))
+        return best, infos
+
+    def _route(self, codes, rows, group, weight, ba, child_base, k_S, S, thr_code, is_num, frac_tab):
+        dev = codes.device
+        ba_t = torch.as_tensor(ba, device=dev)
+        keep = ba_t[group] >= 0
+        rows, group = rows[keep], group[keep]
+        weight = weight[keep] if weight is not None else None
+        if rows.numel() == 0:
+            return rows, group, weight
+        attr = ba_t[group]
+        code = codes[rows, attr].to(torch.int64)
+        nk = torch.as_tensor(np.asarray(self._cols.n_known, dtype=np.int64), device=dev)[attr]
+        miss = code >= nk
+        num = torch.as_tensor(is_num, device=dev)[group]
+        thr = torch.as_tensor(thr_code, device=dev)[group]
+        branch = torch.where(num, (code > thr).to(torch.int64), code)
+        base_t = torch.as_tensor(child_base, device=dev)
+        new_group = base_t[group] + branch
+        if not bool(miss.any()):
+            return rows, new_group, weight
+        # missing values: one entry per branch, weight times the branch's share of the known weight
+        n_child = np.zeros(len(ba), dtype=np.int64)
+        n_child[S] = k_S
+        frac_t = torch.as_tensor(frac_tab, device=dev)
+        w = weight if weight is not None else torch.ones(rows.shape[0], dtype=torch.float64, device=dev)
+        kr, kg, kw = rows[~miss], new_group[~miss], w[~miss]
+        mr, mg, mw = rows[miss], group[miss], w[miss]
+        nb = torch.as_tensor(n_child, device=dev)[mg]
+        rep_r = torch.repeat_interleave(mr, nb)
+        rep_g = torch.repeat_interleave(mg, nb)
+        starts = torch.cumsum(nb, 0) - nb
+        b = torch.arange(rep_r.shape[0], device=dev) - torch.repeat_interleave(starts, nb)
+        rep_w = torch.repeat_interleave(mw, nb) * frac_t[rep_g, b]
+        rep_new = base_t[rep_g] + b
+        pos = rep_w > 0
+        rows = torch.cat([kr, rep_r[pos]])
+        group = torch.cat([kg, rep_new[pos]])
+        weight = torch.cat([kw, rep_w[pos]])
+        return rows, group, weight
+
+    # ------------------------------------------------------------------ pruning
+    def _children(self, v):
+        T = self._tree
+        f = int(T.first[v])
+        return range(f, f + int(T.nchild[v]))
+
+    def _postorder(self, root):
+        out, stack = [], [(root, False)]
+        while stack:
+            v, done = stack.pop()
+            if done:
+                out.append(v)
+                continue
+            stack.append((v, True))
+            for c in reversed(self._children(v)):
+                stack.append((c, False))
+        return out
+
+    def _collapse(self, root):
+        T = self._tree
+        err = T.errors()
+        sub = {}
+        for v in self._postorder(root):
+            sub[v] = sum(sub[c] for c in self._children(v)) if T.nchild[v] else err[v]
+        stack = [root]
+        while stack:
+            v = stack.pop()
+            if not T.nchild[v]:
+                continue
+            if sub[v] >= err[v] - 1e-3:
+                T.nchild[v] = 0
+            else:
+                stack.extend(self._children(v))
+
+    def _prune(self):
+        T = self._tree
+        est = T.estimated_errors(float(self.confidence))
+        est_sub = {}
+        for v in self._postorder(0):
+            if not T.nchild[v]:
+                est_sub[v] = est[v]
+                continue
+            tree = sum(est_sub[c] for c in self._children(v))
+            if est[v] <= tree + 0.1 + _SMALL:
+                T.nchild[v] = 0
+                est_sub[v] = est[v]
+            else:
+                est_sub[v] = tree
+
+    def _finalize(self):
+        """Prediction tables on the device, indexed by node id."""
+        T = self._tree
+        N, C, maxk = T.n, T.C, T.maxk
+        reach = np.zeros(N, dtype=bool)
+        frontier = np.array([0])
+        while frontier.size:
+            reach[frontier] = True
+            nc = T.nchild[frontier]
+            inner = frontier[nc > 0]
+            if inner.size == 0:
+                break
+            k = T.nchild[inner]
+            frontier = np.repeat(T.first[inner], k) + (np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k))
+        b = np.arange(maxk)
+        kids = np.where(b[None, :] < T.nchild[:N, None], T.first[:N, None] + b[None, :], -1)
+        tot = T.dist[:N].sum(1)
+        prob = np.where(tot[:, None] > 0, T.dist[:N] / np.where(tot > 0, tot, 1)[:, None], 0.0)
+        empty = tot <= 0
+        depth = T.depth[:N]
+        for dep in range(1, int(depth.max()) + 1 if N else 0):
+            idx = np.flatnonzero(empty & (depth == dep))
+            if idx.size:
+                prob[idx] = prob[T.parent[idx]]
+        attr = np.where(T.nchild[:N] > 0, T.attr[:N], -1)
+        is_num = np.zeros(N, dtype=bool)
+        inner = attr >= 0
+        is_num[inner] = ~np.asarray(self._cols.nominal)[attr[inner]]
+        self._t = {"attr": attr, "num": is_num, "thr": T.thr[:N].copy(), "kids": kids, "frac": T.frac[:N].copy(),
+                   "prob": prob, "empty": empty, "dist": T.dist[:N].copy()}
+        self.n_nodes_ = int(reach.sum())
+        self.n_leaves_ = int((reach & (attr < 0)).sum())
+        self.depth_ = int(depth[reach].max())
+        dev = self._device
+        self._dev_tables = {k: torch.as_tensor(v, device=dev) for k, v in self._t.items() if k != "dist"}
+
+    # ------------------------------------------------------------------ predict
+    def _encode_predict(self, X):
+        arr, _, _ = self._to_frame(X, reset=False)
+        n, d = arr.shape
+        codes = np.empty((n, d), dtype=np.int64)
+        vals = np.zeros((n, d))
+        miss = np.zeros((n, d), dtype=bool)
+        for j in range(d):
+            col = arr[:, j]
+            m = _isna(col)
+            if self._cols.nominal[j]:
+                c = self._cols.encode_col(col, j, unknown="error" if self.handle_unknown == "error" else "missing")
+                codes[:, j] = c
+                m = m | (c >= self._cols.n_known[j])
+            else:
+                codes[:, j] = 0
+                v = np.where(m, 0.0, col).astype(np.float64)
+                vals[:, j] = v
+            miss[:, j] = m
+        return codes, vals, miss
+
+    def predict_proba(self, X):
+        """Class probabilities ``(n_samples, n_classes)`` (J48's ``distributionForInstance``)."""
+        check_is_fitted(self, "n_nodes_")
+        kind = output_kind(X)
+        codes, vals, miss = self._encode_predict(X)
+        dev = self._device
+        t = self._dev_tables
+        n = codes.shape[0]
+        codes_t = torch.as_tensor(codes, device=dev)
+        vals_t = torch.as_tensor(vals, device=dev)
+        miss_t = torch.as_tensor(miss, device=dev)
+        C = len(self.classes_)
+        out = torch.zeros(n, C, dtype=torch.float64, device=dev)
+        rows = torch.arange(n, device=dev)
+        node = torch.zeros(n, dtype=torch.int64, device=dev)
+        w = torch.ones(n, dtype=torch.float64, device=dev)
+        parent = torch.full((n,), -1, dtype=torch.int64, device=dev)
+        while rows.numel():
+            attr = t["attr"][node]
+            leaf = attr < 0
+            if bool(leaf.any()):
+                lr, ln, lw = rows[leaf], node[leaf], w[leaf]
+                out.index_add_(0, lr, t["prob"][ln] * lw[:, None])
+            inner = ~leaf
+            rows, node, w, attr = rows[inner], node[inner], w[inner], attr[inner]
+            if rows.numel() == 0:
+                break
+            a = attr.clamp_min(0)
+            m = miss_t[rows, a]
+            isnum = t["num"][node]
+            br = torch.where(isnum, (vals_t[rows, a] > t["thr"][node]).to(torch.int64), codes_t[rows, a])
+            br = torch.where(m, torch.zeros_like(br), br)
+            child = t["kids"][node, br]
+            # known values: one child; an empty child answers with this node's distribution (J48)
+            kr, kc, kw, kn = rows[~m], child[~m], w[~m], node[~m]
+            # missing: every non-empty child with the branch fraction
+            mr, mn, mw = rows[m], node[m], w[m]
+            if mr.numel():
+                kids = t["kids"][mn]  # (q, maxk)
+                fr = t["frac"][mn]
+                okk = (kids >= 0) & ~t["empty"][kids.clamp_min(0)] & (fr > 0)
+                qi, bi = okk.nonzero(as_tuple=True)
+                mr2, mc2, mw2 = mr[qi], kids[qi, bi], mw[qi] * fr[qi, bi]
+            else:
+                mr2 = mc2 = torch.zeros(0, dtype=torch.int64, device=dev)
+                mw2 = torch.zeros(0, dtype=torch.float64, device=dev)
+            rows = torch.cat([kr, mr2])
+            node = torch.cat([kc, mc2])
+            w = torch.cat([kw, mw2])
+        del parent
+        s = out.sum(1, keepdim=True)
+        out = torch.where(s > 0, out / s.clamp_min(1e-300), out)
+        return to_output(out, kind) if kind.kind == "torch" else out.cpu().numpy()
+
+    def predict(self, X):
+        """The most probable class (first in ``classes_`` order within 1e-6, as J48)."""
+        proba = self.predict_proba(X)
+        p = proba if isinstance(proba, np.ndarray) else proba.detach().cpu().numpy()
+        best = p.max(1, keepdims=True)
+        idx = (p >= best - _SMALL).argmax(1)
+        pred = self.classes_[idx]
+        if isinstance(proba, torch.Tensor) and pred.dtype.kind in "biuf":
+            return torch.as_tensor(pred, device=proba.device)
+        return pred
+
+    # ------------------------------------------------------------------ text
+    def export_text(self, feature_names=None, decimals=6):
+        """The tree in Weka J48's text layout: ``attr = value: class (weight/errors)``."""
+        check_is_fitted(self, "n_nodes_")
+        names = list(feature_names) if feature_names is not None else self._names
+        lines = []
+
+        def fmt(v):
+            if isinstance(v, (float, np.floating)):
+                return f"{v:.{decimals}g}"
+            return str(v)
+
+        def leaf_text(i):
+            dist = self._t["dist"][i]
+            cls = self.classes_[int(np.argmax(self._t["prob"][i]))]
+            tot = dist.sum()
+            err = tot - dist.max() if tot > 0 else 0.0
+            return f"{cls} ({tot:.1f}/{err:.1f})" if err > 0 else f"{cls} ({tot:.1f})"
+
+        def walk(i, indent):
+            j = int(self._t["attr"][i])
+            kids = [k for k in self._t["kids"][i] if k >= 0]
+            for b, k in enumerate(kids):
+                if self._t["num"][i]:
+                    thr = self._t["thr"][i]
+                    cond = f"{names[j]} {'<=' if b == 0 else '>'} {fmt(thr)}"
+                else:
+                    cond = f"{names[j]} = {fmt(self._cols.values[j][b])}"
+                prefix = "|   " * indent
+                if self._t["attr"][k] < 0:
+                    lines.append(f"{prefix}{cond}: {leaf_text(k)}")
+                else:
+                    lines.append(f"{prefix}{cond}")
+                    walk(k, indent + 1)
+
+        if self._t["attr"][0] < 0:
+            return f": {leaf_text(0)}"
+        walk(0, 0)
+        return "\n".join(lines)
+
+
+class _Nodes:
+    """Growable node arrays; the children of a node are the ids ``first .. first + nchild - 1``."""
+
+    def __init__(self, C, maxk):
+        self.C, self.maxk, self.n = C, maxk, 0
+        self._alloc(64)
+
+    def _alloc(self, cap):
+        old = {k: getattr(self, k) for k in ("dist", "parent", "attr", "thr", "first", "nchild", "frac", "depth")} \
+            if hasattr(self, "dist") else None
+        self.dist = np.zeros((cap, self.C))
+        self.parent = np.full(cap, -1, dtype=np.int64)
+        self.attr = np.full(cap, -1, dtype=np.int64)
+        self.thr = np.zeros(cap)
+        self.first = np.zeros(cap, dtype=np.int64)
+        self.nchild = np.zeros(cap, dtype=np.int64)
+        self.frac = np.zeros((cap, self.maxk))
+        self.depth = np.zeros(cap, dtype=np.int64)
+        if old:
+            for k, v in old.items():
+                getattr(self, k)[:self.n] = v[:self.n]
+
+    def add(self, parents, depth):
+        m = len(parents)
+        if self.n + m > self.dist.shape[0]:
+            self._alloc(max(2 * self.dist.shape[0], self.n + m))
+        ids = np.arange(self.n, self.n + m)
+        self.parent[ids] = parents
+        self.depth[ids] = depth
+        self.n += m
+        return ids
+
+    def errors(self):
+        d = self.dist[:self.n]
+        return d.sum(1) - d.max(1)
+
+    def estimated_errors(self, cf):
+        d = self.dist[:self.n]
+        N = d.sum(1)
+        e = N - d.max(1)
+        out = np.zeros(self.n)
+        pos = N >= _SMALL
+        out[pos] = e[pos] + _add_errors_vec(N[pos], e[pos], cf)
+        return out
+
+
+def _add_errors_vec(N, e, cf):
+    """Vectorised :func:`add_errors`."""
+    z = _Z_CACHE.get(cf)
+    if z is None:
+        z = _Z_CACHE[cf] = float(norm.ppf(1 - cf))
+
+    def normal(N, e):
+        f = (e + 0.5) / N
+        r = (f + z * z / (2 * N) + z * np.sqrt(np.maximum(f / N - f * f / N + z * z / (4 * N * N), 0))) / (1 + z * z / N)
+        return r * N - e
+
+    def upper(N, e):
+        return np.where(e + 0.5 >= N, np.maximum(N - e, 0.0), normal(N, e))
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        base = N * (1 - np.power(cf, 1 / N))
+        low = base + e * (upper(N, np.ones_like(e)) - base)
+        return np.where(e < 1, np.where(e == 0, base, low), upper(N, e))
+
+
+def _ratio(gain, split_ent, total):
+    denom = split_ent / total.clamp_min(1e-300)
+    return torch.where((split_ent.abs() < _SMALL) | (gain <= 0), torch.zeros_like(gain), gain / denom)

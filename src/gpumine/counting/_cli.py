@@ -1,0 +1,335 @@
+"""Subcommands ``gpumine nb``, ``gpumine tree`` and ``gpumine itemsets``.
+
+``register(subparsers)`` adds the three parsers; each handler returns 0 on
+success and 2 on bad usage or input, with a one-line reason on stderr. Output
+files are written to a temporary file in the target folder and renamed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["register"]
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _atomic_write_text(path: str, text: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".gpumine-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _read_table(path, no_header, sep):
+    if not os.path.exists(path):
+        raise _UsageError(f"file not found: {path}")
+    try:
+        return pd.read_csv(path, header=None if no_header else "infer", sep=sep, skipinitialspace=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise _UsageError(f"cannot read {path} as CSV: {exc}".splitlines()[0]) from None
+
+
+def _label_column(frame: pd.DataFrame, label: str):
+    if label in frame.columns:
+        return label
+    if label.lstrip("-").isdigit():
+        i = int(label)
+        if -frame.shape[1] <= i < frame.shape[1]:
+            return frame.columns[i]
+    raise _UsageError(f"label column {label!r} not found; columns are {[str(c) for c in frame.columns][:20]}")
+
+
+def _split(frame, label):
+    col = _label_column(frame, label)
+    y = frame[col].to_numpy()
+    X = frame.drop(columns=[col])
+    if X.shape[1] == 0:
+        raise _UsageError("the table has no feature columns besides the label")
+    return X, y, col
+
+
+def _predictions_text(pred) -> str:
+    return "prediction\n" + "\n".join(str(p) for p in pred) + "\n"
+
+
+def _common(p):
+    p.add_argument("--train", required=True, help="training CSV file (may be .gz)")
+    p.add_argument("--test", help="test CSV file with the same columns (accuracy is printed when it has the label)")
+    p.add_argument("--label", required=True, help="label column: a name, or an index (negative counts from the end)")
+    p.add_argument("--no-header", action="store_true", help="the CSV files have no header row (columns are 0, 1, ...)")
+    p.add_argument("--sep", default=",", help="field separator (default ',')")
+    p.add_argument("--representation", default="auto", choices=["auto", "histogram", "bitmap", "bitslice"])
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"])
+    p.add_argument("--output", help="write test-set predictions to this CSV file")
+
+
+def register(subparsers) -> None:
+    """Add the ``nb``, ``tree`` and ``itemsets`` subcommands to an argparse subparsers object."""
+    p = subparsers.add_parser("nb", help="categorical Naive Bayes on a CSV (counts on the GPU)",
+                              description="Fit CategoricalNB on --train (every feature categorical) and report "
+                                          "accuracy on --test.")
+    _common(p)
+    p.add_argument("--alpha", type=float, default=1.0, help="additive smoothing (default 1)")
+    p.add_argument("--handle-unknown", default="error", choices=["error", "ignore"],
+                   help="a test category unseen in training: fail (default) or leave the feature out")
+    p.set_defaults(func=_run_nb)
+
+    p = subparsers.add_parser("tree", help="C4.5 decision tree (J48 rules) on a CSV",
+                              description="Fit C45Classifier on --train, print the tree and the accuracy on --test.")
+    _common(p)
+    p.add_argument("--min-samples-leaf", type=float, default=2, help="J48 minNumObj (default 2)")
+    p.add_argument("--confidence", type=float, default=0.25, help="pruning confidence (default 0.25)")
+    p.add_argument("--max-depth", type=int, default=None)
+    p.add_argument("--unpruned", action="store_true", help="no pessimistic pruning (J48 -U)")
+    p.add_argument("--categorical", default="auto",
+                   help="'auto' (non-numeric columns), 'all', 'none', or a comma list of column names/indices")
+    p.add_argument("--handle-unknown", default="error", choices=["error", "missing"])
+    p.add_argument("--no-tree", action="store_true", help="do not print the tree")
+    p.set_defaults(func=_run_tree)
+
+    p = subparsers.add_parser("itemsets", help="frequent itemsets (and association rules) on bitmaps",
+                              description="Mine frequent itemsets from baskets (one transaction per line) or a "
+                                          "one-hot CSV.")
+    p.add_argument("input", help="transactions file")
+    p.add_argument("--format", default="auto", choices=["auto", "basket", "onehot"],
+                   help="basket: items separated by --item-sep, one transaction per line; onehot: CSV with a header "
+                        "and 0/1 columns (auto: onehot for .csv files whose values are all 0/1)")
+    p.add_argument("--item-sep", default=None, help="basket item separator (default: whitespace, or ',' if present)")
+    p.add_argument("--min-support", type=float, required=True, help="minimum support as a fraction in (0, 1]")
+    p.add_argument("--max-len", type=int, default=None)
+    p.add_argument("--rules", action="store_true", help="also derive association rules")
+    p.add_argument("--metric", default="confidence")
+    p.add_argument("--min-threshold", type=float, default=0.8)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"])
+    p.add_argument("--output", help="write itemsets (support,itemset) to this CSV file")
+    p.add_argument("--rules-output", help="write rules to this CSV file")
+    p.add_argument("--top", type=int, default=10, help="print this many itemsets (and rules) by support")
+    p.set_defaults(func=_run_itemsets)
+
+
+def _guard(fn):
+    def wrapper(args):
+        name = getattr(args, "command", None) or fn.__name__.replace("_run_", "")
+        try:
+            return fn(args)
+        except _UsageError as exc:
+            print(f"gpumine {name}: error: {exc}", file=sys.stderr)
+            return 2
+        except (ValueError, TypeError, KeyError) as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            print(f"gpumine {name}: error: {msg}", file=sys.stderr)
+            return 2
+
+    wrapper.__name__ = fn.__name__
+    return wrapper
+
+
+def _load_train_test(args):
+    train = _read_table(args.train, args.no_header, args.sep)
+    Xtr, ytr, col = _split(train, str(args.label))
+    test = None
+    if args.test:
+        test = _read_table(args.test, args.no_header, args.sep)
+        if args.no_header and test.shape[1] == train.shape[1] - 1:
+            Xte, yte = test, None
+        elif col in test.columns:
+            Xte, yte = test.drop(columns=[col]), test[col].to_numpy()
+        else:
+            Xte, yte = test, None
+        if list(Xte.columns) != list(Xtr.columns):
+            raise _UsageError("the test file's feature columns differ from the training file's")
+        test = (Xte, yte)
+    return Xtr, ytr, test
+
+
+def _report(name, model, test, args, fit_s):
+    print(f"{name}: fit in {fit_s:.3f} s on {model._device}")
+    if test is None:
+        return
+    Xte, yte = test
+    pred = model.predict(Xte)
+    pred = np.asarray(pred.cpu() if hasattr(pred, "cpu") else pred)
+    if yte is not None:
+        yte_c = yte.astype(model.classes_.dtype, copy=False) if model.classes_.dtype.kind in "iuf" and yte.dtype.kind in "iuf" else yte
+        acc = float(np.mean(pred == yte_c))
+        print(f"test accuracy: {acc:.4f} ({len(yte)} rows)")
+    if args.output:
+        _atomic_write_text(args.output, _predictions_text(pred))
+        print(f"predictions written to {args.output}")
+
+
+@_guard
+def _run_nb(args):
+    import time
+
+    from ._encode import encode_table
+    from ._nb import CategoricalNB
+
+    Xtr, ytr, test = _load_train_test(args)
+    table = encode_table(Xtr, ["categorical"] * Xtr.shape[1])
+    model = CategoricalNB(alpha=args.alpha, representation=args.representation, device=args.device,
+                          backend=args.backend, handle_unknown=args.handle_unknown)
+    t = time.perf_counter()
+    model.fit(table.codes.to(torch_int64()), ytr)
+    fit_s = time.perf_counter() - t
+    if test is not None:
+        codes = table.encode(test[0], handle_unknown="ignore")
+        if args.handle_unknown == "error" and (codes < 0).any():
+            r, j = np.argwhere(codes < 0)[0]
+            raise _UsageError(f"test row {r} has category {test[0].iloc[r, j]!r} in column {Xtr.columns[j]!r} "
+                              "unseen in training; use --handle-unknown ignore")
+        unseen = codes < 0
+        codes = np.where(unseen, np.asarray(model.n_categories_)[None, :], codes)  # beyond the fitted categories
+        test = (codes, test[1])
+        model.handle_unknown = "ignore" if unseen.any() else model.handle_unknown
+    _report("nb", model, test, args, fit_s)
+    return 0
+
+
+def torch_int64():
+    import torch
+
+    return torch.int64
+
+
+@_guard
+def _run_tree(args):
+    import time
+
+    from ._c45 import C45Classifier
+
+    Xtr, ytr, test = _load_train_test(args)
+    cat = args.categorical
+    if cat == "auto":
+        cf = None
+    elif cat == "all":
+        cf = "all"
+    elif cat == "none":
+        cf = []
+    else:
+        names = [str(c) for c in Xtr.columns]
+        cf = []
+        for tok in cat.split(","):
+            tok = tok.strip()
+            if tok in names:
+                cf.append(names.index(tok))
+            elif tok.lstrip("-").isdigit() and -len(names) <= int(tok) < len(names):
+                cf.append(int(tok) % len(names))
+            else:
+                raise _UsageError(f"--categorical names unknown column {tok!r}")
+    if cf is not None and not isinstance(cf, str):
+        nonnum = [j for j, c in enumerate(Xtr.columns) if not pd.api.types.is_numeric_dtype(Xtr[c])]
+        cf = sorted(set(cf) | set(nonnum))
+    model = C45Classifier(min_samples_leaf=args.min_samples_leaf, confidence=args.confidence, max_depth=args.max_depth,
+                          prune=not args.unpruned, categorical_features=cf, handle_unknown=args.handle_unknown,
+                          representation=args.representation, device=args.device, backend=args.backend)
+    t = time.perf_counter()
+    model.fit(Xtr, ytr)
+    fit_s = time.perf_counter() - t
+    if not args.no_tree:
+        print(model.export_text())
+    print(f"leaves: {model.n_leaves_}, nodes: {model.n_nodes_}, depth: {model.depth_}")
+    _report("tree", model, test, args, fit_s)
+    return 0
+
+
+def _read_transactions(args):
+    path = args.input
+    if not os.path.exists(path):
+        raise _UsageError(f"file not found: {path}")
+    fmt = args.format
+    if fmt in ("auto", "onehot") and (fmt == "onehot" or path.endswith((".csv", ".csv.gz"))):
+        try:
+            frame = pd.read_csv(path)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise _UsageError(f"cannot read {path} as CSV: {exc}".splitlines()[0]) from None
+        vals = frame.to_numpy()
+        ok = vals.dtype == bool or (vals.dtype.kind in "biuf" and np.isin(vals, (0, 1)).all())
+        if ok:
+            return frame.astype(bool)
+        if fmt == "onehot":
+            raise _UsageError("a one-hot CSV must hold only 0/1 (or true/false) values")
+    import gzip
+
+    opener = gzip.open if path.endswith(".gz") else open
+    baskets = []
+    with opener(path, "rt") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            sep = args.item_sep if args.item_sep is not None else ("," if "," in line else None)
+            baskets.append([t.strip() for t in line.split(sep) if t.strip()])
+    if not baskets:
+        raise _UsageError(f"{path} holds no transactions")
+    return baskets
+
+
+@_guard
+def _run_itemsets(args):
+    import time
+
+    from ._itemsets import association_rules, frequent_itemsets
+
+    data = _read_transactions(args)
+    t = time.perf_counter()
+    fi = frequent_itemsets(data, args.min_support, max_len=args.max_len, device=args.device, backend=args.backend)
+    dt = time.perf_counter() - t
+    print(f"{len(fi)} frequent itemsets at min support {args.min_support} in {dt:.3f} s")
+    order = fi.sort_values("support", ascending=False, kind="stable")
+
+    def fmt(s):
+        return " ".join(sorted(map(str, s)))
+
+    for s, v in zip(order.itemsets[:args.top], order.support[:args.top]):
+        print(f"{v:.4f}  {fmt(s)}")
+    if args.output:
+        text = "support,itemset\n" + "".join(f"{v!r},{_csv_field(fmt(s))}\n" for s, v in zip(fi.itemsets, fi.support))
+        _atomic_write_text(args.output, text)
+    if args.rules:
+        rules = association_rules(fi, metric=args.metric, min_threshold=args.min_threshold)
+        print(f"{len(rules)} rules with {args.metric} >= {args.min_threshold}")
+        for a, c, conf, lift in list(zip(rules.antecedents, rules.consequents, rules.confidence, rules.lift))[:args.top]:
+            print(f"{fmt(a)} -> {fmt(c)}  confidence {conf:.3f} lift {lift:.3f}")
+        if args.rules_output:
+            out = rules.copy()
+            out["antecedents"] = [fmt(a) for a in out.antecedents]
+            out["consequents"] = [fmt(c) for c in out.consequents]
+            _atomic_write_text(args.rules_output, out.to_csv(index=False))
+    return 0
+
+
+def _csv_field(s: str) -> str:
+    return '"' + s.replace('"', '""') + '"' if any(ch in s for ch in ',"\n') else s
+
+
+def main(argv=None) -> int:
+    """Stand-alone entry (``python -m gpumine.counting._cli nb ...``) for testing without the main CLI."""
+    parser = argparse.ArgumentParser(prog="gpumine")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
