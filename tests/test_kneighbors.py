@@ -200,16 +200,22 @@ def test_two_stage_tile_selection_matches_oracle(kind, budget):
         np.testing.assert_array_equal(i, brute_force_knn(X, Q, 5)[1])
 
 
-def test_heavy_ties_use_the_exact_scan_and_random_data_does_not():
+def test_heavy_ties_are_settled_by_retries_then_the_exact_scan(monkeypatch):
+    import gpumine.neighbors._engine as engine
     from gpumine.core.distance import get_metric
-    from gpumine.neighbors._engine import knn_search
 
     def run(X):
         stats = {}
         t = torch.from_numpy(X)
-        knn_search(t, t, 4, get_metric("euclidean"), exclude_self=True, device=torch.device("cpu"),
-                   budget_bytes=2**26, result_device=torch.device("cpu"), stats=stats)
-        return stats["rows_exact_scan"]
+        d, i = engine.knn_search(t, t, 4, get_metric("euclidean"), exclude_self=True, device=torch.device("cpu"),
+                                 budget_bytes=2**26, result_device=torch.device("cpu"), stats=stats)
+        np.testing.assert_array_equal(i.numpy(), brute_force_knn(X, X, 4, exclude_self=True)[1])
+        return stats
 
-    assert run(_data("random", 1000, 4, 23)) == 0
-    assert run(np.zeros((1000, 2), np.float32)) == 1000
+    random_stats = run(_data("random", 1000, 4, 23))
+    assert random_stats["rows_retried"] == 0 and random_stats["rows_exact_scan"] == 0
+    tied = run(np.zeros((1000, 2), np.float32))  # every distance ties: more candidates settle it
+    assert tied["rows_retried"] >= 1000 and tied["rows_exact_scan"] == 0
+    monkeypatch.setattr(engine, "_MAX_RETRY_CANDIDATES", 100)
+    capped = run(np.zeros((1000, 2), np.float32))  # retries capped below the tie group: exact scan
+    assert capped["rows_exact_scan"] == 1000

@@ -128,13 +128,15 @@ class _References:
         return rows.reshape(*index.shape, self.data.shape[1])
 
 
-def _mask_self(scores: torch.Tensor, q0: int, r0: int) -> None:
-    """Set the (query i, reference i) entries of a tile to +inf."""
-    lo = max(q0, r0)
-    hi = min(q0 + scores.shape[0], r0 + scores.shape[1])
-    if lo < hi:
-        ids = torch.arange(lo, hi, device=scores.device)
-        scores[ids - q0, ids - r0] = float("inf")
+def _mask_self(scores: torch.Tensor, query_ids: torch.Tensor, r0: int) -> None:
+    """Set the (query i, reference i) entries of a tile to +inf (``query_ids``: global row ids)."""
+    cols = query_ids - r0
+    inside = (cols >= 0) & (cols < scores.shape[1])
+    rows = torch.arange(scores.shape[0], device=scores.device)
+    # out-of-tile rows write to a harmless column and keep their value
+    cols = torch.where(inside, cols, torch.zeros_like(cols))
+    current = scores[rows, cols]
+    scores[rows, cols] = torch.where(inside, torch.full_like(current, float("inf")), current)
 
 
 _GROUP = 8  # columns per group in the hierarchical tile selection
@@ -170,7 +172,7 @@ def _keep_best(values, index, new_values, new_index, c):
     """Best ``c`` of two candidate lists by tile score (ties arbitrary: the exact re-rank settles them)."""
     values = torch.cat([values, new_values], dim=1)
     index = torch.cat([index, new_index], dim=1)
-    values, pos = torch.topk(values, c, dim=1, largest=False, sorted=False)
+    values, pos = torch.topk(values, min(c, values.shape[1]), dim=1, largest=False, sorted=False)
     return values, index.gather(1, pos)
 
 
@@ -216,39 +218,59 @@ def knn_search(
         # the fused kernel keeps only (queries x c) candidates: one block can hold many queries
         plan = TilePlan(query_rows=min(n_query, _FUSED_QUERY_ROWS), ref_rows=plan.ref_rows, budget_bytes=budget_bytes)
     refs = _References(ref, metric, plan.ref_rows, device)
-    n_fallback = 0
+    n_fallback = n_retried = 0
     n_blocks = -(-n_query // plan.query_rows)
     with Progress(total=n_blocks, desc="kneighbors", verbose=verbose) as bar:
         for q0, Q in iter_row_chunks(query, plan.query_rows, device):
             Qp = metric.prepare(Q, refs.centre, "query")
+            ids = torch.arange(q0, q0 + Q.shape[0], device=device)
             if fused:
                 cand_scores, cand_index = _candidates_fused(Q, Qp, refs, q0, c, exclude_self)
             else:
-                cand_scores, cand_index = _candidates(Qp, refs, q0, c, exclude_self)
-            scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, q0, exclude_self, plan)
+                cand_scores, cand_index = _candidates(Qp, refs, ids, c, exclude_self)
+            scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, ids, exclude_self, plan)
             failed = (~certified).nonzero().squeeze(1)
+            # rows the certificate could not settle (exact ties or duplicates around the
+            # k-th place): retry with 8x the candidates, then scan exactly as a last resort
+            c_retry = c
+            while failed.numel() and c_retry < min(n_ref, _MAX_RETRY_CANDIDATES):
+                c_retry = min(n_ref, 8 * c_retry, _MAX_RETRY_CANDIDATES)
+                n_retried += failed.numel()
+                Qf, Qpf = Q[failed], _take_rows(Qp, failed)
+                cs, ci = _candidates(Qpf, refs, ids[failed], c_retry, exclude_self)
+                f_scores, f_index, ok = _rerank(Qf, Qpf, cs, ci, refs, metric, k, c_retry, n_ref, ids[failed], exclude_self, plan)
+                settled = failed[ok]
+                scores[settled], index[settled] = f_scores[ok], f_index[ok]
+                failed = failed[~ok]
             if failed.numel():
                 n_fallback += failed.numel()
-                f_scores, f_index = _exact_scan(Q[failed], q0 + failed, refs, metric, k, exclude_self, plan.budget_bytes)
+                f_scores, f_index = _exact_scan(Q[failed], ids[failed], refs, metric, k, exclude_self, plan.budget_bytes)
                 scores[failed] = f_scores
                 index[failed] = f_index
             out_scores[q0 : q0 + Q.shape[0]] = scores.to(result_device)
             out_index[q0 : q0 + Q.shape[0]] = index.to(result_device)
             bar.update()
     if stats is not None:
-        stats.update(rows_exact_scan=n_fallback, query_rows=plan.query_rows, ref_rows=plan.ref_rows,
+        stats.update(rows_exact_scan=n_fallback, rows_retried=n_retried, query_rows=plan.query_rows, ref_rows=plan.ref_rows,
                      candidates=c, references_resident=refs.resident, backend=backend)
     return out_scores, out_index
 
 
-def _candidates(Qp: dict, refs: _References, q0: int, c: int, exclude_self: bool):
+_MAX_RETRY_CANDIDATES = 16384
+
+
+def _take_rows(prepared: dict, rows: torch.Tensor) -> dict:
+    return {name: value[rows] for name, value in prepared.items()}
+
+
+def _candidates(Qp: dict, refs: _References, query_ids: torch.Tensor, c: int, exclude_self: bool):
     q = Qp["rows"].shape[0]
     device = Qp["rows"].device
     values = index = None
     for r0, Rp in refs.prepared_tiles():
         S = refs.metric.tile_scores(Qp, Rp)
         if exclude_self:
-            _mask_self(S, q0, r0)
+            _mask_self(S, query_ids, r0)
         v, pos = _tile_candidates(S, c)
         pos = pos + r0
         values, index = (v, pos) if values is None else _keep_best(values, index, v, pos, c)
@@ -273,7 +295,7 @@ def _candidates_fused(Q, Qp, refs: _References, q0: int, c: int, exclude_self: b
     return values, index
 
 
-def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, q0, exclude_self, plan):
+def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids, exclude_self, plan):
     """Exact scores of the candidates, the best k by (score, index), and which rows are certified."""
     q, d = Q.shape
     kth = torch.topk(cand_scores, k, dim=1, largest=False, sorted=False).values.amax(1)
@@ -292,7 +314,7 @@ def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, q0, exclu
         exact = metric.exact_scores(Q[s : s + sub], refs.gather(ci))
         invalid = ci < 0
         if exclude_self:
-            own = torch.arange(q0 + s, q0 + s + ci.shape[0], device=ci.device)[:, None]
+            own = query_ids[s : s + sub, None]
             invalid |= ci == own
         exact = torch.where(invalid, torch.full_like(exact, float("inf")), exact)
         v, i = topk_by_score_then_index(exact, torch.where(invalid, torch.full_like(ci, PAD_INDEX), ci), k)
