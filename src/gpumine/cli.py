@@ -1,4 +1,4 @@
-"""The ``gpumine`` command line: knn, info, demo, bench (and the counting commands when present).
+"""The ``gpumine`` command line: knn, outliers, lof, stream, nb, tree, itemsets, info, demo, bench.
 
 Exit codes: 0 success; 2 bad usage or bad input, with a one-line reason on stderr.
 Result files are written to a temporary name and renamed, so a failed run never
@@ -222,8 +222,8 @@ def _run_demo(args) -> int:
 
 # -- bench -----------------------------------------------------------------------------
 def _add_bench(sub) -> None:
-    p = sub.add_parser("bench", help="run a benchmark suite (knn), side by side with peers", add_help=False)
-    p.add_argument("suite", choices=["knn"], help="which benchmark")
+    p = sub.add_parser("bench", help="run a benchmark suite side by side with peers", add_help=False)
+    p.add_argument("suite", choices=["knn", "outliers", "stream"], help="which benchmark")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="options of the suite (see gpumine bench knn --help)")
     p.set_defaults(func=_run_bench)
 
@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_info(sub)
     _add_demo(sub)
     _add_bench(sub)
-    for module in ("gpumine.counting._cli",):
+    for module in ("gpumine.outliers._distance_cli", "gpumine.outliers._lof_cli", "gpumine.stream._cli", "gpumine.counting._cli"):
         try:
             commands = importlib.import_module(module)
         except ModuleNotFoundError as exc:

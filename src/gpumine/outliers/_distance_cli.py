@@ -1,0 +1,148 @@
+"""Subcommand ``gpumine outliers``: the top-n distance-based outliers of a data file.
+
+``register(subparsers)`` adds the parser; the handler returns 0, or raises
+``ValueError``/``TypeError``/``OSError``, which the main CLI reports on one
+line with exit code 2. Result files are written atomically.
+
+Examples::
+
+    gpumine outliers data.csv --top 10 -k 50
+    gpumine outliers 10_cover.npz --label-column y --top 20 -k 5 --method brute_force -o top.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+__all__ = ["register"]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer; got {value}")
+    return value
+
+
+def _candidates(text: str):
+    return "auto" if text == "auto" else _positive_int(text)
+
+
+def _label_column(text):
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add the ``outliers`` subcommand to ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
+    p = subparsers.add_parser(
+        "outliers",
+        help="top-n distance-based outliers (sum of distances to the k nearest neighbours)",
+        description=(
+            "Find the TOP points of DATA with the largest weight, the sum of the distances to their k "
+            "nearest neighbours (each point excluded from its own neighbours unless --include-self), by "
+            "SolvingSet or brute force. Writes rank, index (0-based row), weight (and the label column "
+            "when given) as CSV on stdout or to -o; statistics go to stderr."
+        ),
+    )
+    p.add_argument("data", help="data file: .csv[.gz], .tsv, .parquet, .npy or .npz")
+    p.add_argument("--top", "-n", type=_positive_int, default=10, help="number of outliers (default 10)")
+    p.add_argument("-k", "--k", type=_positive_int, default=5, help="neighbours per weight (default 5)")
+    p.add_argument("--method", default="solving_set", choices=["solving_set", "brute_force"])
+    p.add_argument("--include-self", action="store_true",
+                   help="count each point as its own first neighbour at distance 0 (the seed paper's convention)")
+    p.add_argument("--metric", default="euclidean",
+                   help="euclidean, sqeuclidean, manhattan, chebyshev, minkowski, cosine (default euclidean)")
+    p.add_argument("--p", type=float, default=None, help="power for --metric minkowski")
+    p.add_argument("--candidates", type=_candidates, default="auto", metavar="M",
+                   help="SolvingSet candidates per iteration, or 'auto' (default)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first SolvingSet candidates (default 0)")
+    p.add_argument("--label-column", default=None,
+                   help="column holding labels (index, negative from the end, or header name; for .npz the "
+                        "array name, e.g. y): left out of the distances and copied to the output")
+    p.add_argument("--header", default="infer", choices=["infer", "yes", "no"], help="CSV header row (default: infer)")
+    p.add_argument("-o", "--output", default=None, help="write the outliers to .csv, .json or .npy (default: CSV on stdout)")
+    p.add_argument("--solving-set", default=None, metavar="FILE",
+                   help="also write the solving set (index, weight, exact) to .csv, .json or .npy")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"], help="kernel implementation (default: auto)")
+    p.add_argument("--working-memory", type=float, default=None, metavar="MIB", help="MiB for one tile's temporaries")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no statistics on stderr")
+    p.set_defaults(func=run_outliers)
+    return p
+
+
+def _read(path, label_column, header):
+    from ..data import read_table
+
+    kwargs = {}
+    if label_column is not None:
+        kwargs["label_column"] = label_column
+    name = str(path).lower()
+    stem = name[:-3] if name.endswith(".gz") else name
+    if stem.endswith((".csv", ".tsv", ".txt", ".data", ".dat")):
+        kwargs["header"] = {"infer": "infer", "yes": True, "no": False}[header]
+    out = read_table(path, **kwargs)
+    if label_column is not None:
+        X, y = out
+        return np.asarray(X), np.asarray(y)
+    return np.asarray(out), None
+
+
+def _write_stdout(columns) -> None:
+    names = list(columns)
+    out = sys.stdout
+    out.write(",".join(names) + "\n")
+    n = len(columns[names[0]])
+    for i in range(n):
+        out.write(",".join(str(columns[name][i].item() if hasattr(columns[name][i], "item") else columns[name][i])
+                           for name in names) + "\n")
+
+
+def run_outliers(args) -> int:
+    """Handler of ``gpumine outliers``."""
+    from ..data import write_result
+    from ._distance_based import top_n_outliers
+
+    X, labels = _read(args.data, _label_column(args.label_column), args.header)
+    if X.ndim == 1:
+        X = X.reshape(-1, 1)
+    start = time.perf_counter()
+    result = top_n_outliers(
+        X, args.top, args.k, method=args.method, n_candidates=args.candidates, include_self=args.include_self,
+        metric=args.metric, p=args.p, random_state=args.seed, device=args.device, backend=args.backend,
+        working_memory=args.working_memory, verbose=0 if args.quiet else None,
+    )
+    seconds = time.perf_counter() - start
+    indices = np.asarray(result.indices)
+    columns = {"rank": np.arange(1, len(indices) + 1), "index": indices, "weight": np.asarray(result.weights)}
+    if labels is not None:
+        columns["label"] = labels[indices]
+    if args.output:
+        write_result(args.output, columns)
+    else:
+        _write_stdout(columns)
+    if args.solving_set:
+        solving = np.asarray(result.solving_set)
+        write_result(args.solving_set, {
+            "index": solving,
+            "weight": np.asarray(result.scores)[solving],
+            "exact": np.asarray(result.scores_exact)[solving],
+        })
+    if not args.quiet:
+        msg = f"gpumine outliers: {result.summary()} (wall {seconds:.3f} s)"
+        if args.output:
+            msg += f"; written to {args.output}"
+        print(msg, file=sys.stderr)
+    return 0

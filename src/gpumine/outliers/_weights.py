@@ -1,0 +1,227 @@
+"""Exact per-pair distances, weights, and the tile form the solving set runs on.
+
+Every distance that ends up in an outlier weight is computed here in one
+*canonical* form: in float64 from the input values, feature by feature in
+column order, with separate subtract / multiply / add operations (no fused
+multiply-add, no reduction kernel whose order depends on the shape of the
+batch). So the same pair always gets bit-for-bit the same value, whichever
+algorithm (brute force or solving set), tile, batch or device computed it,
+and weights of the same neighbour multiset are identical.
+
+A weight is the sum of the k smallest distances, added in ascending order by a
+fixed pairwise tree (:func:`tree_sum`). Rounding is monotone, so the tree sum of
+a point's current k-NN heap (whose i-th entry is never below the i-th true
+nearest distance) is never below the point's exact weight: the solving set's
+upper bounds are exact bounds with no slack.
+
+Large tiles (candidates x data) use a fast form: for the Euclidean metrics one
+float64 matrix product on centred rows, whose error is bounded per row and per
+column (:attr:`PairSpace.gamma`); the entries that can matter are then
+recomputed in the canonical form and certified (see
+``gpumine.outliers._solving_set``). For integer-valued data whose products
+stay below 2**53 the product is exact (no centring, no bound). The other
+metrics compute tiles in the canonical form directly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..core.distance import Metric, get_metric
+
+__all__ = ["SUPPORTED_METRICS", "resolve_metric", "PairSpace", "tree_sum"]
+
+SUPPORTED_METRICS = ("euclidean", "sqeuclidean", "manhattan", "chebyshev", "minkowski", "cosine")
+
+_U64 = 2.0**-53
+
+
+def resolve_metric(metric: str = "euclidean", p: float | None = None) -> Metric:
+    """A :class:`~gpumine.core.distance.Metric` usable for weights (a non-negative dissimilarity).
+
+    ``inner_product`` is refused: similarities can be negative, so a sum of
+    them is no outlier weight.
+    """
+    m = get_metric(metric, p)
+    if m.name not in SUPPORTED_METRICS:
+        raise ValueError(
+            f"metric={metric!r} cannot define an outlier weight (a sum of non-negative distances); "
+            f"use one of {', '.join(SUPPORTED_METRICS)}"
+        )
+    return m
+
+
+def _ieee_float32_matmul(device: torch.device) -> bool:
+    """True when float32 matrix products on ``device`` round like IEEE float32 (no TF32/BF16 inputs)."""
+    if torch.get_float32_matmul_precision() != "highest":
+        return False
+    return device.type != "cuda" or not torch.backends.cuda.matmul.allow_tf32
+
+
+def tree_sum(values: torch.Tensor) -> torch.Tensor:
+    """Row sums of a (rows, k) tensor by a fixed pairwise tree.
+
+    Built from element-wise additions only (columns 0+1, 2+3, ..., odd widths
+    padded with an exact 0), so every row is added in the same order on every
+    device and batch shape: deterministic, and monotone in every entry.
+
+    Examples
+    --------
+    >>> tree_sum(torch.tensor([[1.0, 2.0, 3.0], [0.5, 0.25, 0.25]], dtype=torch.float64))
+    tensor([6., 1.], dtype=torch.float64)
+    """
+    v = values
+    if v.shape[1] == 0:
+        return v.new_zeros(v.shape[0])
+    while v.shape[1] > 1:
+        if v.shape[1] % 2:
+            v = torch.cat([v, v.new_zeros(v.shape[0], 1)], dim=1)
+        v = v[:, 0::2] + v[:, 1::2]
+    return v[:, 0].clone()
+
+
+class PairSpace:
+    """The data (float64, on the device) with the canonical pair form and the tile form.
+
+    Parameters
+    ----------
+    X : torch.Tensor (n, d), any floating dtype, on the compute device
+    metric : Metric
+        One of :data:`SUPPORTED_METRICS`.
+    tiles : bool, default True
+        Prepare the fast tile form; ``False`` keeps only what the canonical
+        per-pair form needs (for a model that only recomputes neighbours).
+    """
+
+    def __init__(self, X: torch.Tensor, metric: Metric, *, tiles: bool = True):
+        self.metric = metric
+        self.name = metric.name
+        X64 = X.to(torch.float64)
+        self.n, self.d = X64.shape
+        self.device = X64.device
+        self.X = X64
+        # one contiguous column per feature: gathers of a feature are contiguous reads
+        self.columns = [X64[:, j].contiguous() for j in range(self.d)]
+        self.uses_matmul = self.name in ("euclidean", "sqeuclidean")
+        self.exact = True
+        self.gamma = 0.0
+        self.tile_dtype = torch.float64
+        if self.uses_matmul and tiles:
+            self._prepare_matmul(X64)
+        elif self.uses_matmul:
+            self.uses_matmul = False  # canonical pairs only (no tiles will be asked for)
+
+    # -- the fast tile form (matrix product) -------------------------------------
+    def _prepare_matmul(self, X64: torch.Tensor) -> None:
+        n, d = X64.shape
+        integral = bool(torch.equal(X64, torch.round(X64))) if n else True
+        max_sq = float((X64 * X64).sum(1).max()) if n else 0.0
+        # integers whose squared norms (and so every partial sum of the product) stay
+        # below 2**53 / 4: the product form is exact and needs neither centring nor bound;
+        # below 2**24 / 4 even a float32 product is (on IEEE float32 matrix units: no TF32),
+        # which halves the bytes every tile moves
+        self.exact = integral and 4.0 * max_sq < 2.0**52
+        small = self.exact and 4.0 * max_sq < 2.0**24 and _ieee_float32_matmul(X64.device)
+        self.tile_dtype = torch.float32 if small else torch.float64
+        centre = torch.zeros(d, dtype=torch.float64, device=X64.device) if self.exact else X64.mean(0)
+        Xc = X64 - centre
+        sq = (Xc * Xc).sum(1)
+        ones = torch.ones_like(sq)[:, None]
+        # S = [a, |a|^2, 1] . [-2b, 1, |b|^2] = |a|^2 + |b|^2 - 2 a.b
+        self.left = torch.cat([Xc, sq[:, None], ones], dim=1).to(self.tile_dtype)
+        self.right = torch.cat([-2.0 * Xc, ones, sq[:, None]], dim=1).to(self.tile_dtype)
+        self.sqnorm = sq
+        # |fast - canonical| <= gamma * (|a|^2 + |b|^2) (centred norms): the product's
+        # dot-product error plus the canonical form's own rounding, with room to spare
+        self.gamma = 0.0 if self.exact else 8.0 * (d + 4) * _U64
+
+    def tile(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """Scores of every (rows[i], cols[j]) pair, (len(rows), len(cols)), in :attr:`tile_dtype`.
+
+        Exact (canonical) when :attr:`exact`; otherwise within the bounds of
+        :meth:`row_bounds` / :meth:`col_bounds`.
+        """
+        if self.uses_matmul:
+            return self.left.index_select(0, rows) @ self.right.index_select(0, cols).T
+        return self.canonical(rows[:, None], cols[None, :])
+
+    def row_bounds(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor | None:
+        """Per row of a tile, a bound on |tile score - canonical score| over the row (None when exact)."""
+        if self.exact:
+            return None
+        return self.gamma * (self.sqnorm.index_select(0, rows) + self.sqnorm.index_select(0, cols).max())
+
+    def col_bounds(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor | None:
+        """Per column of a tile, a bound on |tile score - canonical score| over the column (None when exact)."""
+        if self.exact:
+            return None
+        return self.gamma * (self.sqnorm.index_select(0, cols) + self.sqnorm.index_select(0, rows).max())
+
+    # -- the canonical per-pair form ------------------------------------------------
+    def canonical(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Canonical scores of the pairs (a, b): integer index tensors that broadcast together."""
+        cols = self.columns
+
+        def fa(j):
+            return cols[j][a]
+
+        def fb(j):
+            return cols[j][b]
+
+        return self._accumulate(fa, fb)
+
+    def canonical_to_rows(self, A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Canonical scores of external rows ``A`` (q, d) against the points ``b`` (q, c) indices."""
+        A = A.to(torch.float64)
+        cols = self.columns
+
+        def fa(j):
+            return A[:, j : j + 1]
+
+        def fb(j):
+            return cols[j][b]
+
+        return self._accumulate(fa, fb)
+
+    def _accumulate(self, fa, fb) -> torch.Tensor:
+        name, d = self.name, self.d
+        if name == "cosine":
+            dot = na = nb = None
+            for j in range(d):
+                x, y = fa(j), fb(j)
+                dot = x * y if dot is None else dot + x * y
+                na = x * x if na is None else na + x * x
+                nb = y * y if nb is None else nb + y * y
+            denom = torch.sqrt(na) * torch.sqrt(nb)
+            positive = denom > 0
+            cos = torch.where(positive, dot / torch.where(positive, denom, torch.ones_like(denom)), torch.zeros_like(dot))
+            return (1.0 - cos).clamp_(min=0.0)
+        acc = None
+        for j in range(d):
+            t = fa(j) - fb(j)
+            if name in ("euclidean", "sqeuclidean"):
+                t = t * t
+            elif name == "minkowski":
+                t = t.abs().pow(self.metric.p)
+            else:
+                t = t.abs()
+            if acc is None:
+                acc = t  # a fresh tensor: the difference above never aliases the data
+            elif name == "chebyshev":
+                acc = torch.maximum(acc, t)
+            else:
+                acc = acc + t
+        return acc
+
+    # -- scores to distances and weights ------------------------------------------
+    def to_distance(self, scores: torch.Tensor) -> torch.Tensor:
+        """Distances users see from canonical scores (float64)."""
+        if self.name == "euclidean":
+            return torch.sqrt(scores)
+        if self.name == "minkowski":
+            return scores.pow(1.0 / self.metric.p)
+        return scores
+
+    def weight(self, sorted_scores: torch.Tensor) -> torch.Tensor:
+        """Weights from (rows, k) canonical scores sorted ascending (+inf padding gives +inf)."""
+        return tree_sum(self.to_distance(sorted_scores))

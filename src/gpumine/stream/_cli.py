@@ -1,0 +1,380 @@
+"""``gpumine stream``: score a stream of records with StreamingLOF (or sliding-window LOF) as they arrive.
+
+Reads CSV or JSON-lines records from a file or standard input (``-``),
+scores them window by window and writes one output record per input record
+(its input line number, LOF score and outlier flag, plus any ``--echo``
+columns), flushing after every window. Malformed records are reported on
+stderr with their line number and skipped. It ends cleanly at end of input
+and on Ctrl-C (SIGINT): the partial window is scored and written, and the
+detector's state is saved to ``--state`` (atomically: a temporary file
+renamed), from which the next run resumes.
+
+Exit codes: 0 after end of input or Ctrl-C; 2 for bad usage or input that
+cannot be read at all (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["register", "build_parser", "main", "run"]
+
+_MODEL_DEFAULTS = {
+    "n_neighbors": 20,
+    "window_size": 2048,
+    "threshold": "mean",
+    "metric": "euclidean",
+    "bins_per_dim": 10,
+    "decay": 0.5,
+    "virtual_lrd_scale": 1.0,
+    "max_bins": 2048,
+    "history_size": 2048,
+}
+_STREAMING_ONLY = ("bins_per_dim", "decay", "virtual_lrd_scale", "max_bins")
+_SLIDING_ONLY = ("history_size",)
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _nonnegative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", nargs="?", default="-", help="CSV or JSON-lines file (.gz works), or - for standard input (default)")
+    p.add_argument("--window", dest="window_size", type=_positive_int, default=None, help="points per window (default 2048)")
+    p.add_argument("-k", "--k", dest="n_neighbors", type=_positive_int, default=None, help="LOF neighbours (default 20)")
+    p.add_argument("--format", choices=["csv", "jsonl"], default=None, help="input format (default: jsonl for .jsonl/.ndjson files, else csv)")
+    p.add_argument("--output-format", choices=["csv", "jsonl"], default=None, help="output format (default: the input format)")
+    p.add_argument("--state", type=Path, default=None, metavar="FILE",
+                   help="resume from FILE when it exists, and save the detector there at the end (atomically)")
+    p.add_argument("--checkpoint-every", type=_nonnegative_int, default=0, metavar="N",
+                   help="also save --state every N windows (default 0: only at the end)")
+    p.add_argument("--method", choices=["streaming", "sliding"], default=None,
+                   help="streaming: StreamingLOF with a binned summary (default); sliding: SlidingWindowLOF")
+    p.add_argument("--threshold", default=None, help="mean (default), quantile:Q, or an LOF value such as 1.5")
+    p.add_argument("--metric", default=None, help="distance (default euclidean)")
+    p.add_argument("--bins-per-dim", type=_positive_int, default=None, help="streaming: intervals per dimension (default 10)")
+    p.add_argument("--decay", type=float, default=None, help="streaming: fading factor in (0, 1] (default 0.5)")
+    p.add_argument("--virtual-lrd-scale", type=_positive_float, default=None, help="streaming: scale of the virtual points' lrd (default 1)")
+    p.add_argument("--max-bins", type=_nonnegative_int, default=None, help="streaming: most bins kept (default 2048)")
+    p.add_argument("--history", dest="history_size", type=_nonnegative_int, default=None, help="sliding: past points kept (default 2048)")
+    p.add_argument("--columns", default=None, help="feature columns: indices (negative from the end) or names, comma-separated (default: all not echoed)")
+    p.add_argument("--echo", default=None, help="columns copied to the output verbatim (e.g. an id or label), comma-separated")
+    p.add_argument("--header", choices=["auto", "yes", "no"], default="auto", help="CSV header line (default: auto-detect)")
+    p.add_argument("--delimiter", default=",", help="CSV delimiter (default ,)")
+    p.add_argument("--max-latency", type=_positive_float, default=None, metavar="SECONDS",
+                   help="score a partial window when no record has arrived for this long (default: wait for a full window)")
+    p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                   help="precision of a new detector (default float32; a resumed one keeps its own)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"], help="kernel implementation (default: auto)")
+    p.add_argument("--working-memory", type=float, default=None, metavar="MIB", help="MiB for one tile's temporaries")
+    p.add_argument("--quiet", action="store_true", help="no summary on stderr (malformed records are still reported)")
+
+
+_DESCRIPTION = (
+    "Score a stream of numeric records with LOF_GPU (StreamingLOF: each window scored with a binned "
+    "summary of all earlier data) or sliding-window LOF, as the records arrive. Writes one output "
+    "record per input record: line,lof,outlier (plus --echo columns), flushed after every window. "
+    "Malformed records are reported on stderr and skipped. Ends at end of input or on Ctrl-C (the "
+    "partial window is scored); --state FILE resumes a saved detector and saves it at the end."
+)
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add the ``stream`` command to a ``gpumine`` sub-parser collection."""
+    p = subparsers.add_parser("stream", help="streaming LOF outlier scores for CSV/JSON-lines records as they arrive",
+                              description=_DESCRIPTION)
+    _add_arguments(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def build_parser(prog: str = "gpumine stream") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=_DESCRIPTION)
+    _add_arguments(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def main(argv=None, prog: str = "gpumine stream") -> int:
+    """Run ``gpumine stream`` on its own (``python -m gpumine.stream``); returns the exit code."""
+    args = build_parser(prog).parse_args(argv)
+    try:
+        return int(run(args) or 0)
+    except (ValueError, TypeError, OSError) as exc:
+        print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+
+
+# -- detector ----------------------------------------------------------------------------------
+def _requested(args) -> dict:
+    params = {name: getattr(args, name, None) for name in _MODEL_DEFAULTS}
+    if args.threshold is not None:
+        from ._threshold import parse_threshold
+
+        kind, value = parse_threshold(args.threshold)
+        params["threshold"] = args.threshold if kind != "fixed" else value
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def _make_detector(args):
+    from ._streaming import SlidingWindowLOF, StreamingLOF, load_detector
+
+    requested = _requested(args)
+    common = dict(device=args.device, backend=args.backend, working_memory=args.working_memory)
+    if args.state is not None and args.state.exists():
+        detector = load_detector(args.state, **common)
+        method = "sliding" if isinstance(detector, SlidingWindowLOF) else "streaming"
+        if args.method is not None and args.method != method:
+            raise ValueError(f"--state {args.state} holds a {method} detector; drop --method {args.method} or use another state file")
+        stored = detector.get_params()
+        for name, value in requested.items():
+            if name in stored and _differs(stored[name], value):
+                flag = {"n_neighbors": "-k", "window_size": "--window", "history_size": "--history"}.get(name, "--" + name.replace("_", "-"))
+                raise ValueError(
+                    f"--state {args.state} was saved with {name}={stored[name]!r} but {flag} {value!r} was given; "
+                    f"drop {flag} to resume, or use a new state file"
+                )
+        return detector, True
+    method = args.method or "streaming"
+    unused = _SLIDING_ONLY if method == "streaming" else _STREAMING_ONLY
+    wrong = [name for name in unused if name in requested]
+    if wrong:
+        raise ValueError(f"option(s) {', '.join('--' + w.replace('_', '-') for w in wrong)} do not apply to --method {method}")
+    params = {k: v for k, v in _MODEL_DEFAULTS.items() if k not in unused}
+    params.update(requested)
+    cls = StreamingLOF if method == "streaming" else SlidingWindowLOF
+    n_neighbors, window_size = params.pop("n_neighbors"), params.pop("window_size")
+    return cls(n_neighbors, window_size, **params, **common), False
+
+
+def _differs(stored, given) -> bool:
+    if isinstance(stored, (int, float)) and isinstance(given, (int, float)):
+        return float(stored) != float(given)
+    return str(stored).strip().lower() != str(given).strip().lower()
+
+
+# -- output ------------------------------------------------------------------------------------
+def _csv_cell(value) -> str:
+    text = "" if value is None else str(value)
+    if any(c in text for c in ',"\n\r'):
+        text = '"' + text.replace('"', '""') + '"'
+    return text
+
+
+class _Writer:
+    def __init__(self, stream, fmt: str, echo_names: list[str]):
+        self.stream = stream
+        self.fmt = fmt
+        self.echo_names = echo_names
+        self.header_done = fmt != "csv"
+
+    def write(self, lines: np.ndarray, scores: np.ndarray, flags: np.ndarray, echo) -> None:
+        parts = []
+        if not self.header_done:
+            parts.append(",".join(["line", "lof", "outlier"] + [_csv_cell(n) for n in self.echo_names]) + "\n")
+            self.header_done = True
+        if self.fmt == "csv" and not echo:
+            score_text = None
+        else:
+            score_text = [format(float(s), ".9g") if math.isfinite(s) else ("inf" if s > 0 else "nan") for s in scores.tolist()]
+        if self.fmt == "csv":
+            if echo:
+                rows = (f"{n},{s},{int(f)}," + ",".join(_csv_cell(v) for v in e) + "\n"
+                        for n, s, f, e in zip(lines.tolist(), score_text, flags.tolist(), echo))
+            else:
+                rows = map("{},{:.9g},{}\n".format, lines.tolist(), scores.tolist(), flags.astype(np.int8).tolist())
+        else:
+            names = [json.dumps(n) for n in self.echo_names]
+
+            def record(n, s, f, e):
+                s = s if s not in ("inf", "nan") else "null"
+                extra = "".join(f", {k}: {json.dumps(v)}" for k, v in zip(names, e)) if e is not None else ""
+                return f'{{"line": {n}, "lof": {s}, "outlier": {"true" if f else "false"}{extra}}}\n'
+
+            rows = (record(n, s, f, echo[i] if echo else None)
+                    for i, (n, s, f) in enumerate(zip(lines.tolist(), score_text, flags.tolist())))
+        parts.extend(rows)
+        self.stream.write("".join(parts))
+        self.stream.flush()
+
+
+# -- the loop ------------------------------------------------------------------------------------
+class _Stop:
+    """SIGINT: interrupt a blocked read at once; otherwise finish the current window first."""
+
+    def __init__(self):
+        self.requested = False
+        self.waiting = [False]
+        self._previous = None
+
+    def __enter__(self):
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread: leave SIGINT alone
+            self._previous = None
+        return self
+
+    def _handle(self, signum, frame):
+        if self.waiting[0] or self.requested:
+            self.requested = True
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        return False
+
+
+def run(args) -> int:
+    """Handler of ``gpumine stream`` (see the module docstring)."""
+    from ._sources import iter_records
+
+    fmt = args.format
+    if fmt is None:
+        name = str(args.input).lower()
+        fmt = "jsonl" if name.endswith((".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")) else "csv"
+    out_fmt = args.output_format or fmt
+    if args.state is not None and not args.state.parent.is_dir():
+        raise FileNotFoundError(f"--state {args.state}: folder {args.state.parent} does not exist; create it first")
+    detector, resumed = _make_detector(args)
+    dtype = np.float64 if (detector.dtype_ is not None and str(detector.dtype_) == "torch.float64") or (
+        detector.dtype_ is None and args.dtype == "float64") else np.float32
+    window = detector.window_size
+    out = sys.stdout
+    start = time.perf_counter()
+    n_in = n_bad = n_flagged = n_windows = 0
+    reported = 0
+    pending_X, pending_lines, pending_echo = [], [], []
+    n_pending = 0
+    writer = None
+    broken_pipe = False
+    stopped = False
+
+    def report(errors):
+        nonlocal n_bad, reported
+        for line, reason in errors:
+            n_bad += 1
+            if reported < 100 or n_bad % 1000 == 0:
+                reported += 1
+                note = "" if reported < 100 else f" (reporting every 1000th from now; {n_bad} so far)"
+                print(f"gpumine stream: line {line}: {reason}; skipped{note}", file=sys.stderr, flush=True)
+
+    def score(take: int) -> None:
+        nonlocal n_pending, pending_X, pending_lines, pending_echo, n_flagged, n_windows, n_in, writer
+        X = np.concatenate(pending_X) if len(pending_X) > 1 else pending_X[0]
+        lines = np.concatenate(pending_lines) if len(pending_lines) > 1 else pending_lines[0]
+        echo = pending_echo
+        if take < X.shape[0]:
+            pending_X, pending_lines = [X[take:]], [lines[take:]]
+            pending_echo = echo[take:] if echo else []
+            X, lines, echo = X[:take], lines[:take], echo[:take] if echo else []
+        else:
+            pending_X, pending_lines, pending_echo = [], [], []
+        n_pending -= X.shape[0]
+        scores, flags = detector.process(X.astype(dtype, copy=False))
+        n_windows += 1
+        n_in += X.shape[0]
+        n_flagged += int(flags.sum())
+        if writer is None:
+            writer = _Writer(out, out_fmt, parser_echo_names[0])
+        writer.write(lines, np.asarray(scores, dtype=np.float64), np.asarray(flags), echo or None)
+        if args.state is not None and args.checkpoint_every and n_windows % args.checkpoint_every == 0:
+            detector.save(args.state)
+
+    parser_echo_names = [[]]
+    with _Stop() as stop:
+        records = iter_records(args.input, format=fmt, columns=args.columns, echo=args.echo, header=args.header,
+                               delimiter=args.delimiter, max_latency=args.max_latency, waiting=stop.waiting)
+        try:
+            for batch in records:
+                report(batch.errors)
+                if batch.idle:
+                    if n_pending:
+                        score(n_pending)
+                elif len(batch):
+                    if not parser_echo_names[0] and batch.echo is not None:
+                        parser_echo_names[0] = _echo_names(args)
+                    pending_X.append(batch.X)
+                    pending_lines.append(batch.lines)
+                    if batch.echo is not None:
+                        pending_echo.extend(batch.echo)
+                    n_pending += len(batch)
+                    while n_pending >= window:
+                        score(window)
+                if stop.requested:
+                    stopped = True
+                    break
+        except KeyboardInterrupt:
+            stopped = True
+        except BrokenPipeError:
+            broken_pipe = True
+        finally:
+            records.close()
+        try:
+            if n_pending and not broken_pipe:
+                score(n_pending)
+        except BrokenPipeError:
+            broken_pipe = True
+        if args.state is not None:
+            detector.save(args.state)
+    if broken_pipe:
+        # the reader of our output has gone: keep Python's exit-time flush from complaining
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    seconds = time.perf_counter() - start
+    if not args.quiet:
+        how = "stopped by Ctrl-C" if stopped else ("output closed" if broken_pipe else "end of input")
+        rate = n_in / seconds if seconds > 0 else float("inf")
+        msg = (f"gpumine stream: {n_in} records scored in {n_windows} windows ({how}), {n_flagged} flagged, "
+               f"{n_bad} malformed skipped, {seconds:.2f} s ({rate:,.0f} records/s), "
+               f"{type(detector).__name__} k={detector.n_neighbors} window={detector.window_size} on {detector.device_}")
+        if args.state is not None:
+            msg += f"; state {'resumed from and ' if resumed else ''}saved to {args.state}"
+        print(msg, file=sys.stderr, flush=True)
+    return 0
+
+
+def _echo_names(args) -> list[str]:
+    from ._sources import parse_columns
+
+    return [str(e) for e in parse_columns(args.echo) or []]

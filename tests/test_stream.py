@@ -1,0 +1,396 @@
+"""StreamingLOF / SlidingWindowLOF: equality with batch LOF, the binned summary, purity, state, devices."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.neighbors import LocalOutlierFactor as SkLOF
+
+from gpumine.outliers._lof import DuplicatesWarning
+from gpumine.outliers._lof_estimator import LocalOutlierFactor
+from gpumine.stream._binning import BinnedSummary
+from gpumine.stream._streaming import SlidingWindowLOF, StreamingLOF, load_detector
+from gpumine.stream._synthetic import make_drifting_stream
+from gpumine.stream._threshold import Threshold, parse_threshold
+from helpers import DEVICES, skip_if_no_cuda
+
+CPU = torch.device("cpu")
+
+
+def _blobs(n, d=2, seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, d)) * np.linspace(1, 2, d)).astype(dtype)
+
+
+# -- equality with batch LOF -------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-10), (np.float32, 1e-5)])
+def test_first_window_equals_batch_lof_and_sklearn(dtype, rtol):
+    X = _blobs(500, d=4, dtype=dtype)
+    scores, flags = StreamingLOF(20, 500, device="cpu").process(X)
+    batch = LocalOutlierFactor(20, device="cpu").fit(X).outlier_scores_
+    np.testing.assert_array_equal(scores, batch)
+    np.testing.assert_allclose(scores, -SkLOF(n_neighbors=20).fit(X).negative_outlier_factor_, rtol=rtol)
+    assert scores.dtype == dtype and flags.dtype == bool
+
+
+def test_no_summary_scores_every_window_as_batch_lof():
+    X = _blobs(900, d=3, seed=1)
+    det = StreamingLOF(10, 300, max_bins=0, device="cpu")
+    tumbling = SlidingWindowLOF(10, 300, history_size=0, device="cpu")
+    for start in range(0, 900, 300):
+        w = X[start : start + 300]
+        batch = LocalOutlierFactor(10, device="cpu").fit(w).outlier_scores_
+        np.testing.assert_array_equal(det.process(w)[0], batch)
+        np.testing.assert_array_equal(tumbling.process(w)[0], batch)
+    assert det.summary_ is None and det.n_windows_ == 3
+
+
+def test_sliding_window_equals_batch_lof_on_window_plus_history():
+    X = _blobs(700, d=2, seed=2)
+    det = SlidingWindowLOF(15, 200, history_size=250, device="cpu")
+    det.process(X[:300])
+    det.process(X[300:500])
+    history = det.history_.numpy()
+    np.testing.assert_array_equal(history, X[250:500])
+    scores, _ = det.process(X[500:700])
+    joint = LocalOutlierFactor(15, device="cpu").fit(np.concatenate([X[500:700], history])).outlier_scores_
+    np.testing.assert_allclose(scores, joint[:200], rtol=1e-12)
+
+
+def test_learn_one_equals_process_and_learn_many_splits_windows():
+    X = _blobs(230, seed=3)
+    a = StreamingLOF(8, 50, device="cpu")
+    for row in X[:100]:
+        a.learn_one(row)
+    b = StreamingLOF(8, 50, device="cpu")
+    s1, _ = b.process(X[:50])
+    s2, _ = b.process(X[50:100])
+    np.testing.assert_array_equal(a.last_scores_.numpy(), s2)
+    torch.testing.assert_close(a.summary_.counts, b.summary_.counts)
+    c = StreamingLOF(8, 50, device="cpu")
+    c.learn_many(X)
+    assert c.n_windows_ == 4 and c.n_buffered_ == 30 and c.n_seen_ == 200
+    scores, flags = c.flush()
+    assert scores.shape == (30,) and c.n_buffered_ == 0 and c.n_windows_ == 5
+
+
+def test_dict_records_use_the_first_records_key_order():
+    det = StreamingLOF(2, 3, device="cpu")
+    for i in range(3):
+        det.learn_one({"a": float(i), "b": 2.0 * i})
+    assert det.feature_names_ == ["a", "b"] and det.n_windows_ == 1
+    assert det.score_one({"b": 0.0, "a": 0.0}) == pytest.approx(det.score_one(np.array([0.0, 0.0])))
+    with pytest.raises(ValueError, match="lacks feature 'b'"):
+        det.learn_one({"a": 1.0})
+
+
+# -- purity of scoring -------------------------------------------------------------------------------
+def _snapshot(det):
+    s = det.summary_
+    return (det.n_windows_, det.n_seen_, det.n_buffered_, det._threshold.n, float(det._threshold.total),
+            s.keys.clone(), s.counts.clone(), s.means.clone(), s.lo.clone(), s.hi.clone())
+
+
+def test_score_one_and_score_many_change_nothing():
+    X = _blobs(400, seed=4)
+    det = StreamingLOF(10, 100, device="cpu")
+    det.learn_many(X[:330])
+    before = _snapshot(det)
+    far = np.array([[30.0, -30.0]])
+    one = det.score_one(far[0])
+    many = det.score_many(np.concatenate([far, X[330:340]]))
+    after = _snapshot(det)
+    for x, y in zip(before, after):
+        if isinstance(x, torch.Tensor):
+            assert torch.equal(x, y)
+        else:
+            assert x == y
+    assert many[0] == pytest.approx(one) and one > 5
+    assert np.median(many[1:]) < 2
+    # scoring is a novelty query against buffer + virtual points: deterministic
+    assert det.score_one(far[0]) == one
+
+
+def test_score_before_any_data_is_neutral():
+    det = SlidingWindowLOF(5, 10, device="cpu")
+    assert det.score_one([1.0, 2.0]) == 1.0
+    assert det.n_features_in_ == 2  # the first point fixes the feature count
+
+
+# -- the binned summary ------------------------------------------------------------------------------------
+def _oracle_bins(X, lo, hi, b):
+    span = np.where(hi > lo, hi - lo, 1.0)
+    idx = np.clip(np.floor((X - lo) / span * b), 0, b - 1).astype(np.int64)
+    idx[:, hi <= lo] = 0
+    codes = (idx * b ** np.arange(X.shape[1])).sum(1)
+    keys, inv = np.unique(codes, return_inverse=True)
+    counts = np.bincount(inv).astype(float)
+    means = np.stack([np.bincount(inv, weights=X[:, j]) for j in range(X.shape[1])], 1) / counts[:, None]
+    return keys, counts, means
+
+
+def test_summary_codes_counts_and_means_equal_numpy_oracle():
+    rng = np.random.default_rng(5)
+    X = rng.uniform([0, -100, 5], [1, 100, 6], size=(1000, 3))  # very different ranges per dimension
+    s = BinnedSummary(3, 7, CPU)
+    s.update(torch.as_tensor(X), decay=0.5)
+    keys, counts, means = _oracle_bins(X, X.min(0), X.max(0), 7)
+    np.testing.assert_array_equal(s.keys.numpy(), keys)
+    np.testing.assert_array_equal(s.counts.numpy(), counts)
+    np.testing.assert_allclose(s.means.numpy(), means, rtol=1e-12)
+    # per-dimension widths (the seed's Δ sums them over the dimensions)
+    np.testing.assert_allclose(s.width.numpy(), (X.max(0) - X.min(0)) / 7)
+    assert len(np.unique(s.intervals(torch.as_tensor(X))[:, 0].numpy())) == 7
+
+
+def test_summary_decay_merge_and_pruning():
+    s = BinnedSummary(1, 4, CPU)
+    first = torch.tensor([[0.0]] * 8 + [[1.0]] * 8 + [[2.0]] * 8 + [[3.0]] * 8 + [[4.0]])
+    s.update(first, decay=0.5, sparse_ratio=0.5)
+    assert s.counts.tolist() == [8.0, 8.0, 8.0, 9.0]
+    # window 2: bins 0 and 3 well populated, bin 1 sparse (1 point < 0.5 * mean), bin 2 absent
+    second = torch.tensor([[0.5]] * 10 + [[1.5]] + [[3.5]] * 10)
+    s.update(second, decay=0.5, sparse_ratio=0.5)
+    np.testing.assert_allclose(s.counts.numpy(), [18.0, 1 + 4.0, 4.0, 19.0])
+    # means are count-weighted: bin 1 = (1 * 1.5 + 4 * 1.0) / 5
+    assert s.means[1, 0].item() == pytest.approx((1.5 + 4.0) / 5)
+    # min_count drops faded bins; max_bins keeps the largest counts (ties to the lower key)
+    s.update(torch.tensor([[0.1]] * 30), decay=0.1, sparse_ratio=0.5, min_count=1.0, max_bins=2)
+    assert s.counts.tolist() == pytest.approx([48.0, 1.9])
+    assert s.keys.tolist() == [0, 3]
+
+
+def test_summary_remaps_bins_when_the_range_widens():
+    s = BinnedSummary(2, 4, CPU)
+    X = torch.tensor([[0.0, 0.0], [0.3, 0.0], [0.6, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    s.update(X, decay=1.0)
+    assert len(s) == 4
+    total, weighted = s.counts.sum().item(), (s.means * s.counts[:, None]).sum(0)
+    s.update(torch.tensor([[10.0, 10.0]], dtype=torch.float64), decay=1.0, sparse_ratio=0.0)
+    assert s.n_remaps == 1
+    # [0, 1] now lies in the first interval of [0, 10]: the four old bins merged into one
+    assert len(s) == 2 and s.counts.tolist() == [4.0, 1.0]
+    assert s.counts.sum().item() == total + 1
+    torch.testing.assert_close((s.means * s.counts[:, None]).sum(0), weighted + torch.tensor([10.0, 10.0], dtype=torch.float64))
+    np.testing.assert_allclose(s.lo.numpy(), [0, 0]) and np.testing.assert_allclose(s.hi.numpy(), [10, 10])
+
+
+def test_row_keys_for_many_dimensions_group_like_codes():
+    rng = np.random.default_rng(6)
+    X = torch.as_tensor(np.round(rng.uniform(0, 1, (300, 25)), 1))
+    wide = BinnedSummary(25, 10, CPU)  # 10**25 does not fit in int64: interval rows are the keys
+    assert wide.row_keys and wide.keys.ndim == 2
+    wide.update(X, decay=0.5)
+    narrow = BinnedSummary(2, 10, CPU)
+    narrow.update(X[:, :2], decay=0.5)
+    assert wide.counts.sum().item() == 300
+    # grouping by interval rows equals grouping by their tuples
+    tuples = {tuple(r) for r in wide.intervals(X).tolist()}
+    assert len(wide) == len(tuples)
+
+
+# -- virtual points and parameters ------------------------------------------------------------------------
+def test_virtual_lrd_is_positive_for_single_and_decayed_bins():
+    det = StreamingLOF(3, 20, bins_per_dim=50, decay=0.1, min_count=0.0, device="cpu")
+    X = _blobs(20, seed=7)
+    det.process(X)
+    det.process(X + 100)  # every old bin is absent: decayed to 0.1
+    counts = det.summary_.counts
+    assert (counts < 1).any() and (counts == 1).any()
+    lrd = det._reference_lrd(torch.ones(len(counts), dtype=torch.float64))
+    assert (lrd > 0).all() and torch.isfinite(lrd).all()
+    # monotone in the count
+    order = torch.argsort(counts)
+    assert (lrd[order].diff() >= 0).all()
+
+
+def test_decay_and_virtual_lrd_scale_are_separate_parameters():
+    X = make_drifting_stream(3000, seed=1)[0]
+    runs = {}
+    for name, kwargs in {"base": {}, "scale": {"virtual_lrd_scale": 3.0}, "decay": {"decay": 0.9}}.items():
+        det = StreamingLOF(10, 500, device="cpu", **kwargs)
+        scores = np.concatenate([det.process(X[i : i + 500])[0] for i in range(0, 3000, 500)])
+        runs[name] = (scores, det.summary_.counts.clone())
+    # the scale changes scores but not the summary; the decay changes the summary
+    assert torch.equal(runs["base"][1], runs["scale"][1])
+    assert not np.allclose(runs["base"][0][500:], runs["scale"][0][500:])
+    assert not torch.equal(runs["base"][1], runs["decay"][1])
+    np.testing.assert_array_equal(runs["base"][0][:500], runs["decay"][0][:500])  # first window: no summary yet
+
+
+def test_memory_stays_bounded_on_a_long_stream():
+    X = make_drifting_stream(8000, seed=2)[0]
+    det = StreamingLOF(10, 256, max_bins=64, bins_per_dim=30, device="cpu")
+    for i in range(0, 8000, 256):
+        det.process(X[i : i + 256])
+        assert len(det.summary_) <= 64
+    assert det.summary_.n_remaps >= 1
+
+
+def test_streaming_flags_a_far_point_and_not_the_recurring_rare_cluster():
+    """Seed Fig. 1: points of a cluster that shows only a few points per window are inliers given the history."""
+    rng = np.random.default_rng(8)
+    windows = []
+    for _ in range(8):
+        body = rng.standard_normal((196, 2))
+        rare = rng.normal([8.0, 8.0], 0.3, size=(4, 2))
+        windows.append(np.concatenate([body, rare]))
+    det = StreamingLOF(20, 200, device="cpu", threshold="quantile:0.98")
+    tumbling = SlidingWindowLOF(20, 200, history_size=0, device="cpu")
+    for w in windows:
+        s_stream, _ = det.process(w)
+        s_tumble, _ = tumbling.process(w)
+    assert s_stream[-4:].mean() < s_tumble[-4:].mean()
+    assert det.score_one([-12.0, 12.0]) > 3
+
+
+def test_duplicates_in_a_stream_stay_finite_and_warn_once():
+    rng = np.random.default_rng(9)
+    det = StreamingLOF(5, 100, device="cpu")
+    with pytest.warns(DuplicatesWarning) as record:
+        for _ in range(3):
+            w = np.concatenate([rng.standard_normal((60, 2)), np.zeros((40, 2))])
+            scores, _ = det.process(w)
+            assert np.isfinite(scores).all()
+    assert len([r for r in record if issubclass(r.category, DuplicatesWarning)]) == 1
+    assert det.n_duplicate_points_ >= 40
+
+
+# -- thresholds -------------------------------------------------------------------------------------------
+def test_threshold_specs():
+    assert parse_threshold(("quantile", 0.9)) == ("quantile", 0.9)
+    assert parse_threshold("1.5") == ("fixed", 1.5)
+    for bad in ["median", 0, -1.0, "quantile:1.5", ("quantile", "x"), float("nan")]:
+        with pytest.raises(ValueError, match="threshold"):
+            parse_threshold(bad)
+
+
+def test_mean_threshold_is_the_running_mean_of_all_scores():
+    X = _blobs(600, seed=10)
+    det = StreamingLOF(10, 200, device="cpu")
+    seen = []
+    for i in range(0, 600, 200):
+        scores, flags = det.process(X[i : i + 200])
+        seen.append(scores)
+        mean = np.concatenate(seen).mean()
+        assert det.threshold_ == pytest.approx(mean)
+        np.testing.assert_array_equal(flags, scores > mean)
+
+
+def test_quantile_threshold_flags_about_the_contamination():
+    t = Threshold("quantile:0.95", CPU)
+    rng = np.random.default_rng(11)
+    lof = torch.as_tensor(np.exp(rng.normal(0, 0.3, 20000)))
+    t.update(lof)
+    q = float(np.quantile(lof.numpy(), 0.95))
+    assert t.value().item() == pytest.approx(q, rel=0.005)
+    assert abs(t.flags(lof).float().mean().item() - 0.05) < 0.003
+    fixed = Threshold(1.5, CPU)
+    assert fixed.flags(torch.tensor([1.4, 1.6])).tolist() == [False, True]
+
+
+# -- state ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls,kwargs", [(StreamingLOF, {"threshold": "quantile:0.9"}), (SlidingWindowLOF, {"history_size": 150})])
+def test_save_and_load_resume_exactly(tmp_path, cls, kwargs):
+    X = make_drifting_stream(1300, seed=3)[0]
+    a = cls(10, 200, device="cpu", **kwargs)
+    a.learn_many(X[:650])  # 3 windows + 50 buffered
+    path = a.save(tmp_path / "state.npz")
+    with np.load(path, allow_pickle=False) as data:  # no pickle inside
+        assert "meta" in data.files
+    b = load_detector(path, device="cpu")
+    assert type(b) is cls and b.get_params() == a.get_params() and b.n_buffered_ == 50
+    a.learn_many(X[650:])
+    b.learn_many(X[650:])
+    np.testing.assert_array_equal(a.last_scores_.numpy(), b.last_scores_.numpy())
+    assert a.threshold_ == b.threshold_
+    assert a.score_one(X[0]) == b.score_one(X[0])
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_load_rejects_damaged_or_foreign_files(tmp_path):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="not a readable gpumine stream state"):
+        load_detector(bad)
+    other = tmp_path / "other.npz"
+    np.savez(other, meta=np.array('{"format": "x"}'))
+    with pytest.raises(ValueError, match="not a gpumine stream state|not a valid"):
+        load_detector(other)
+    det = StreamingLOF(5, 50, device="cpu")
+    det.process(_blobs(50))
+    path = det.save(tmp_path / "s.npz")
+    with pytest.raises(ValueError, match="holds a StreamingLOF"):
+        SlidingWindowLOF.load(path)
+    with pytest.raises(FileNotFoundError):
+        load_detector(tmp_path / "missing.npz")
+
+
+# -- validation --------------------------------------------------------------------------------------------
+def test_parameter_errors_name_the_parameter():
+    cases = [
+        (dict(n_neighbors=0), ValueError, "n_neighbors"),
+        (dict(window_size=2.5), TypeError, "window_size"),
+        (dict(decay=0.0), ValueError, "decay"),
+        (dict(decay=1.5), ValueError, "decay"),
+        (dict(virtual_lrd_scale=0), ValueError, "virtual_lrd_scale"),
+        (dict(bins_per_dim=0), ValueError, "bins_per_dim"),
+        (dict(max_bins=-1), ValueError, "max_bins"),
+        (dict(threshold="top"), ValueError, "threshold"),
+        (dict(metric="inner_product"), ValueError, "inner_product"),
+        (dict(metric="nope"), ValueError, "Unknown metric"),
+    ]
+    for kwargs, exc, match in cases:
+        with pytest.raises(exc, match=match):
+            StreamingLOF(**{"device": "cpu", **kwargs})
+    det = StreamingLOF(5, 20, device="cpu")
+    det.process(_blobs(20, d=2))
+    with pytest.raises(ValueError, match="expecting 2 features"):
+        det.process(_blobs(20, d=3))
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        det.learn_one([np.nan, 1.0])
+    with pytest.raises(ValueError, match="one point"):
+        det.score_one(np.zeros((2, 2)))
+
+
+def test_small_windows_use_fewer_neighbours():
+    det = StreamingLOF(20, 5, device="cpu")
+    scores, _ = det.process(_blobs(1))
+    assert scores.tolist() == [1.0]
+    scores, _ = det.process(_blobs(4, seed=1))  # 4 points + 1 virtual point: k = 4
+    assert np.isfinite(scores).all()
+
+
+def test_torch_input_gives_torch_output():
+    det = StreamingLOF(5, 30, device="cpu")
+    scores, flags = det.process(torch.as_tensor(_blobs(30, dtype=np.float32)))
+    assert isinstance(scores, torch.Tensor) and scores.dtype == torch.float32 and flags.dtype == torch.bool
+
+
+# -- devices ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+def test_streaming_devices_agree(device):
+    skip_if_no_cuda(device)
+    X = make_drifting_stream(6000, seed=4)[0]
+    ref = StreamingLOF(20, 1000, device="cpu")
+    det = StreamingLOF(20, 1000, device=device)
+    for i in range(0, 6000, 1000):
+        a, fa = ref.process(X[i : i + 1000])
+        b, fb = det.process(X[i : i + 1000])
+        np.testing.assert_allclose(b, a, rtol=1e-4)
+    np.testing.assert_allclose(det.summary_.counts.cpu().numpy(), ref.summary_.counts.numpy())
+
+
+@pytest.mark.gpu
+def test_gpu_streaming_from_cuda_tensors():
+    skip_if_no_cuda("cuda")
+    X = torch.as_tensor(make_drifting_stream(20000, seed=5)[0], device="cuda")
+    det = StreamingLOF(20, 4096, device="cuda")
+    for i in range(0, 20000, 4096):
+        scores, flags = det.process(X[i : i + 4096])
+        assert scores.is_cuda and flags.is_cuda
+    assert det.summary_.counts.is_cuda and len(det.summary_) <= det.max_bins
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert det.score_one(X[0]) > 0

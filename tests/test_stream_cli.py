@@ -1,0 +1,227 @@
+"""Stream sources and the ``gpumine stream`` command: parsing, malformed records, pipes, Ctrl-C, state."""
+
+import argparse
+import gzip
+import io
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpumine.stream._cli import build_parser, main, register
+from gpumine.stream._sources import iter_records
+from gpumine.stream._streaming import StreamingLOF, load_detector
+from gpumine.stream._synthetic import make_drifting_stream
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+       "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+CMD = [sys.executable, "-m", "gpumine.stream"]
+
+
+def _csv(X) -> str:
+    return "".join(",".join(repr(float(v)) for v in row) + "\n" for row in X)
+
+
+# -- sources ---------------------------------------------------------------------------------------------
+def test_csv_records_with_header_malformed_and_blank_lines():
+    text = b"x,y,label\n1,2,a\n3,4\n5,x,b\n\n7,8,c\n9,inf,d\n\"11\",12,\"e,f\"\n"
+    batches = list(iter_records(io.BytesIO(text), columns="x,y", echo="label"))
+    X = np.concatenate([b.X for b in batches])
+    lines = np.concatenate([b.lines for b in batches])
+    errors = [e for b in batches for e in b.errors]
+    echo = [e for b in batches for e in b.echo]
+    np.testing.assert_array_equal(X, [[1, 2], [7, 8], [11, 12]])
+    assert lines.tolist() == [2, 6, 8]
+    assert [e[0] for e in errors] == [3, 4, 7]
+    assert "expected 3 fields, got 2" in errors[0][1] and "not a finite number" in errors[1][1]
+    assert echo == [["a"], ["c"], ["e,f"]]
+
+
+def test_csv_fast_path_equals_line_by_line_and_selects_columns(tmp_path):
+    X = np.random.default_rng(0).standard_normal((500, 4))
+    path = tmp_path / "data.csv.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write(_csv(X))
+    got = np.concatenate([b.X for b in iter_records(path, columns="0,-1", header="no")])
+    np.testing.assert_array_equal(got, X[:, [0, 3]])
+    with pytest.raises(ValueError, match="column 'z' is a name, but the CSV has no header"):
+        list(iter_records(path, columns="z"))
+
+
+def test_jsonl_records_objects_and_arrays():
+    text = (b'{"a": 1, "b": 2.5, "id": "p"}\n{"a": 2, "b": "x"}\nnope\n{"b": 1}\n'
+            b'{"a": 3, "b": 4, "id": 7}\n[1, 2]\n')
+    batches = list(iter_records(io.BytesIO(text), format="jsonl", echo="id"))
+    X = np.concatenate([b.X for b in batches])
+    errors = [e for b in batches for e in b.errors]
+    np.testing.assert_array_equal(X, [[1, 2.5], [3, 4]])
+    assert [e[0] for e in errors] == [2, 3, 4, 6]
+    assert "not a finite number" in errors[0][1] and "not valid JSON" in errors[1][1] and "missing key" in errors[2][1]
+    assert [e for b in batches for e in b.echo] == [["p"], [7]]
+    arrays = list(iter_records(io.BytesIO(b"[1, 2, 3]\n[4, 5, 6]\n"), format="jsonl", columns="0,2"))
+    np.testing.assert_array_equal(arrays[0].X, [[1, 3], [4, 6]])
+
+
+def test_source_errors():
+    with pytest.raises(ValueError, match="format must be"):
+        list(iter_records(io.BytesIO(b""), format="xml"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        list(iter_records("/no/such/file.csv"))
+
+
+# -- the command, in process -------------------------------------------------------------------------------
+def test_command_scores_every_record_and_matches_process(tmp_path, capsys):
+    X = make_drifting_stream(700, seed=1)[0].astype(np.float64)
+    text = _csv(X[:300]) + "oops,1\n" + _csv(X[300:])
+    path = tmp_path / "in.csv"
+    path.write_text(text)
+    rc = main([str(path), "--window", "200", "-k", "10", "--device", "cpu", "--threshold", "quantile:0.9"])
+    out = capsys.readouterr()
+    assert rc == 0
+    rows = out.out.strip().split("\n")
+    assert rows[0] == "line,lof,outlier" and len(rows) == 701
+    lines = [int(r.split(",")[0]) for r in rows[1:]]
+    assert lines == list(range(1, 301)) + list(range(302, 702))
+    scores = np.array([float(r.split(",")[1]) for r in rows[1:]])
+    det = StreamingLOF(10, 200, device="cpu", threshold="quantile:0.9")
+    ref = np.concatenate([det.process(X[i : i + 200].astype(np.float32))[0] for i in range(0, 700, 200)])
+    np.testing.assert_allclose(scores, ref, rtol=1e-6)
+    assert "line 301:" in out.err and "700 records scored in 4 windows" in out.err
+
+
+def test_command_jsonl_output_and_echo(tmp_path, capsys):
+    records = [{"id": f"r{i}", "x": float(i % 7), "y": float(i % 5)} for i in range(30)] + [{"id": "far", "x": 90.0, "y": 90.0}]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main([str(path), "--window", "31", "-k", "5", "--echo", "id", "--device", "cpu", "--quiet"]) == 0
+    out = [json.loads(line) for line in capsys.readouterr().out.strip().split("\n")]
+    assert len(out) == 31 and out[-1]["id"] == "far" and out[-1]["outlier"] is True
+    assert out[-1]["lof"] == max(o["lof"] for o in out)
+
+
+def test_state_resumes_where_the_last_run_stopped(tmp_path, capsys):
+    X = make_drifting_stream(800, seed=2)[0]
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    first.write_text(_csv(X[:400]))
+    second.write_text(_csv(X[400:]))
+    whole = tmp_path / "all.csv"
+    whole.write_text(_csv(X))
+    state = tmp_path / "state.npz"
+    common = ["--window", "200", "-k", "10", "--device", "cpu", "--quiet"]
+    assert main([str(first), "--state", str(state), *common]) == 0
+    assert main([str(second), "--state", str(state), "--window", "200", "--device", "cpu", "--quiet"]) == 0
+    split = capsys.readouterr().out.strip().split("\n")
+    assert main([str(whole), *common]) == 0
+    together = capsys.readouterr().out.strip().split("\n")
+    scores_split = [r.split(",")[1:] for r in split if not r.startswith("line")]
+    scores_together = [r.split(",")[1:] for r in together if not r.startswith("line")]
+    assert scores_split == scores_together
+    assert load_detector(state).n_seen_ == 800
+    # resuming with conflicting parameters is refused with a reason
+    assert main([str(second), "--state", str(state), "-k", "5", "--device", "cpu"]) == 2
+    assert "was saved with n_neighbors=10 but -k 5" in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2_with_one_line(tmp_path, capsys):
+    assert main([str(tmp_path / "missing.csv"), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "does not exist" in err
+    assert main(["-", "--method", "sliding", "--decay", "0.5", "--device", "cpu"]) == 2
+    assert "--decay do not apply to --method sliding" in capsys.readouterr().err
+
+
+def test_register_adds_the_stream_command():
+    parser = argparse.ArgumentParser(prog="gpumine")
+    sub = parser.add_subparsers(dest="command")
+    register(sub)
+    args = parser.parse_args(["stream", "-", "--window", "64", "-k", "7", "--format", "jsonl", "--state", "s.npz"])
+    assert args.window_size == 64 and args.n_neighbors == 7 and args.format == "jsonl" and callable(args.func)
+    assert "--max-latency" in build_parser().format_help()
+
+
+# -- the command as a process on a pipe ---------------------------------------------------------------------
+def _read_lines(proc, n, timeout=60.0):
+    """Read n lines from proc.stdout, failing if they do not come within timeout."""
+    got = []
+    deadline = time.monotonic() + timeout
+    buf = b""
+    fd = proc.stdout.fileno()
+    while len(got) < n:
+        left = deadline - time.monotonic()
+        assert left > 0, f"only {len(got)} of {n} lines arrived: {got}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        assert chunk, f"output ended after {got}"
+        buf += chunk
+        *complete, buf = buf.split(b"\n")
+        got.extend(line.decode() for line in complete)
+    assert buf == b""
+    return got
+
+
+def test_pipe_that_stays_open_gets_answers_per_window(tmp_path):
+    rows = make_drifting_stream(10, seed=3)[0]
+    proc = subprocess.Popen([*CMD, "-", "--window", "4", "-k", "2", "--device", "cpu", "--quiet"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    try:
+        for row in rows[:4]:  # a slow writer: one record at a time, the pipe stays open
+            proc.stdin.write(_csv([row]).encode())
+            proc.stdin.flush()
+            time.sleep(0.05)
+        first = _read_lines(proc, 5)  # header + the first window, before the input ends
+        assert first[0] == "line,lof,outlier" and [r.split(",")[0] for r in first[1:]] == ["1", "2", "3", "4"]
+        proc.stdin.write(_csv(rows[4:6]).encode())
+        proc.stdin.write(b"bad,record\n")
+        proc.stdin.close()
+        rest = proc.stdout.read().decode().strip().split("\n")
+        assert [r.split(",")[0] for r in rest] == ["5", "6"]  # the final partial window
+        assert proc.wait(timeout=60) == 0
+        assert "line 7:" in proc.stderr.read().decode()
+    finally:
+        proc.kill()
+
+
+def test_ctrl_c_scores_the_partial_window_and_saves_state(tmp_path):
+    rows = make_drifting_stream(10, seed=4)[0]
+    state = tmp_path / "state.npz"
+    proc = subprocess.Popen([*CMD, "-", "--window", "4", "-k", "2", "--device", "cpu", "--state", str(state)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    try:
+        proc.stdin.write(_csv(rows[:6]).encode())
+        proc.stdin.flush()
+        assert len(_read_lines(proc, 5)) == 5  # the full window is out; 2 records wait in a partial window
+        time.sleep(0.3)  # let the reader block on the open pipe
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stdout.read().decode().strip().split("\n")
+        assert [r.split(",")[0] for r in rest] == ["5", "6"]
+        assert proc.wait(timeout=60) == 0
+        err = proc.stderr.read().decode()
+        assert "stopped by Ctrl-C" in err and "Traceback" not in err
+    finally:
+        proc.kill()
+    assert load_detector(state).n_seen_ == 6
+
+
+def test_max_latency_scores_a_partial_window_when_input_stalls():
+    rows = make_drifting_stream(5, seed=5)[0]
+    proc = subprocess.Popen([*CMD, "-", "--window", "1000", "-k", "2", "--device", "cpu", "--quiet", "--max-latency", "0.3"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    try:
+        proc.stdin.write(_csv(rows[:3]).encode())
+        proc.stdin.flush()
+        got = _read_lines(proc, 4)
+        assert [r.split(",")[0] for r in got[1:]] == ["1", "2", "3"]
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
