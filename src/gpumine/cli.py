@@ -15,27 +15,14 @@ import time
 
 import numpy as np
 
+from ._cli_args import add_device_options
+from ._cli_args import label_column as parse_label_column
+
 __all__ = ["main", "build_parser"]
 
 
 class UsageError(Exception):
     """Bad usage or input: reported on one line, exit code 2."""
-
-
-def _add_device_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
-    parser.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"], help="kernel implementation (default: auto)")
-    parser.add_argument("--working-memory", type=float, default=None, metavar="MIB", help="MiB for one tile's temporaries")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary on stderr")
-
-
-def _label_column(text):
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return text
 
 
 # -- knn -------------------------------------------------------------------------------
@@ -59,7 +46,7 @@ def _add_knn(sub) -> None:
     p.add_argument("--weights", default="uniform", choices=["uniform", "distance"])
     p.add_argument("--header", default="infer", choices=["infer", "yes", "no"], help="CSV header row (default: infer)")
     p.add_argument("-o", "--output", default=None, help="write results to .csv, .json or .npy (default: CSV on stdout)")
-    _add_device_options(p)
+    add_device_options(p)
     p.set_defaults(func=_run_knn)
 
 
@@ -76,7 +63,7 @@ def _run_knn(args) -> int:
     from .data import write_result
     from .neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
 
-    label_column = _label_column(args.label_column)
+    label_column = parse_label_column(args.label_column)
     task = args.task
     if task == "auto":
         task = "classify" if label_column is not None else "neighbors"

@@ -237,27 +237,8 @@ def _neighbor_weights(dist: torch.Tensor, weights) -> torch.Tensor | None:
     raise ValueError(f"weights must be 'uniform', 'distance' or a callable; got {weights!r}")
 
 
-class KNeighborsClassifier(ClassifierMixin, _KNeighborsBase):
-    """k-nearest-neighbour classifier by (weighted) majority vote, exact on GPU or CPU.
-
-    Parameters are those of :class:`NearestNeighbors` plus ``weights``
-    (``"uniform"``, ``"distance"`` or a callable on the distance array). Vote
-    ties go to the smallest label, as in scikit-learn.
-
-    Attributes
-    ----------
-    classes_ : ndarray
-        The class labels seen in ``fit``, sorted.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from gpumine.neighbors import KNeighborsClassifier
-    >>> X = np.array([[0.0], [1.0], [2.0], [10.0], [11.0]])
-    >>> clf = KNeighborsClassifier(n_neighbors=3, device="cpu").fit(X, ["a", "a", "a", "b", "b"])
-    >>> clf.predict(np.array([[0.5], [10.5]]))
-    array(['a', 'b'], dtype='<U1')
-    """
+class _WeightedKNeighbors(_KNeighborsBase):
+    """Adds ``weights`` (uniform, distance or a callable) for the estimators that combine neighbours."""
 
     def __init__(
         self,
@@ -281,6 +262,29 @@ class KNeighborsClassifier(ClassifierMixin, _KNeighborsBase):
             working_memory=working_memory, verbose=verbose,
         )
         self.weights = weights
+
+
+class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
+    """k-nearest-neighbour classifier by (weighted) majority vote, exact on GPU or CPU.
+
+    Parameters are those of :class:`NearestNeighbors` plus ``weights``
+    (``"uniform"``, ``"distance"`` or a callable on the distance array). Vote
+    ties go to the smallest label, as in scikit-learn.
+
+    Attributes
+    ----------
+    classes_ : ndarray
+        The class labels seen in ``fit``, sorted.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gpumine.neighbors import KNeighborsClassifier
+    >>> X = np.array([[0.0], [1.0], [2.0], [10.0], [11.0]])
+    >>> clf = KNeighborsClassifier(n_neighbors=3, device="cpu").fit(X, ["a", "a", "a", "b", "b"])
+    >>> clf.predict(np.array([[0.5], [10.5]]))
+    array(['a', 'b'], dtype='<U1')
+    """
 
     def fit(self, X, y):
         """Store the training set and its labels."""
@@ -327,7 +331,7 @@ class KNeighborsClassifier(ClassifierMixin, _KNeighborsBase):
         return to_output(proba, kind)
 
 
-class KNeighborsRegressor(RegressorMixin, _KNeighborsBase):
+class KNeighborsRegressor(RegressorMixin, _WeightedKNeighbors):
     """k-nearest-neighbour regression by the (weighted) mean of the neighbours' targets.
 
     Parameters are those of :class:`KNeighborsClassifier`. ``y`` may be 2-D for
@@ -341,29 +345,6 @@ class KNeighborsRegressor(RegressorMixin, _KNeighborsBase):
     >>> KNeighborsRegressor(n_neighbors=2, device="cpu").fit(X, [0.0, 0.0, 1.0, 1.0]).predict([[1.6]])
     array([0.5])
     """
-
-    def __init__(
-        self,
-        n_neighbors=5,
-        *,
-        weights="uniform",
-        algorithm="auto",
-        leaf_size=30,
-        p=2,
-        metric="minkowski",
-        metric_params=None,
-        n_jobs=None,
-        device="auto",
-        backend="auto",
-        working_memory=None,
-        verbose=None,
-    ):
-        super().__init__(
-            n_neighbors, algorithm=algorithm, leaf_size=leaf_size, metric=metric, p=p,
-            metric_params=metric_params, n_jobs=n_jobs, device=device, backend=backend,
-            working_memory=working_memory, verbose=verbose,
-        )
-        self.weights = weights
 
     def fit(self, X, y):
         """Store the training set and its targets."""

@@ -18,30 +18,14 @@ import time
 
 import numpy as np
 
+from .._cli_args import add_device_options, positive_int
+from .._cli_args import label_column as parse_label_column
+
 __all__ = ["register"]
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {value}")
-    return value
-
-
 def _candidates(text: str):
-    return "auto" if text == "auto" else _positive_int(text)
-
-
-def _label_column(text):
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return text
+    return "auto" if text == "auto" else positive_int(text)
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -57,8 +41,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("data", help="data file: .csv[.gz], .tsv, .parquet, .npy or .npz")
-    p.add_argument("--top", "-n", type=_positive_int, default=10, help="number of outliers (default 10)")
-    p.add_argument("-k", "--k", type=_positive_int, default=5, help="neighbours per weight (default 5)")
+    p.add_argument("--top", "-n", type=positive_int, default=10, help="number of outliers (default 10)")
+    p.add_argument("-k", "--k", type=positive_int, default=5, help="neighbours per weight (default 5)")
     p.add_argument("--method", default="solving_set", choices=["solving_set", "brute_force"])
     p.add_argument("--include-self", action="store_true",
                    help="count each point as its own first neighbour at distance 0 (the seed paper's convention)")
@@ -75,10 +59,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, help="write the outliers to .csv, .json or .npy (default: CSV on stdout)")
     p.add_argument("--solving-set", default=None, metavar="FILE",
                    help="also write the solving set (index, weight, exact) to .csv, .json or .npy")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"], help="kernel implementation (default: auto)")
-    p.add_argument("--working-memory", type=float, default=None, metavar="MIB", help="MiB for one tile's temporaries")
-    p.add_argument("--quiet", action="store_true", help="no progress bar and no statistics on stderr")
+    add_device_options(p, quiet_help="no progress bar and no statistics on stderr")
     p.set_defaults(func=run_outliers)
     return p
 
@@ -115,7 +96,7 @@ def run_outliers(args) -> int:
     from ..data import write_result
     from ._distance_based import top_n_outliers
 
-    X, labels = _read(args.data, _label_column(args.label_column), args.header)
+    X, labels = _read(args.data, parse_label_column(args.label_column), args.header)
     if X.ndim == 1:
         X = X.reshape(-1, 1)
     start = time.perf_counter()

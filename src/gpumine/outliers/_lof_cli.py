@@ -14,6 +14,9 @@ import time
 
 import numpy as np
 
+from .._cli_args import add_device_options
+from .._cli_args import label_column as parse_label_column
+
 __all__ = ["register", "run"]
 
 
@@ -52,21 +55,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--header", default="infer", choices=["infer", "yes", "no"], help="CSV header row (default: infer)")
     p.add_argument("--float64", action="store_true", help="compute in float64 (default float32)")
     p.add_argument("-o", "--output", default=None, help="write results to .csv, .json or .npy (default: CSV on stdout)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"])
-    p.add_argument("--working-memory", type=float, default=None, metavar="MIB", help="MiB for one tile's temporaries")
-    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary on stderr")
+    add_device_options(p)
     p.set_defaults(func=run)
     return p
-
-
-def _label(text):
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return text
 
 
 def _read(path, label_column, header, dtype):
@@ -93,7 +84,7 @@ def run(args) -> int:
     from ._lof_estimator import LocalOutlierFactor
 
     dtype = np.float64 if args.float64 else np.float32
-    label_column = _label(args.label_column)
+    label_column = parse_label_column(args.label_column)
     X, y = _read(args.data, label_column, args.header, dtype)
     model = LocalOutlierFactor(
         args.k, metric=args.metric, p=2 if args.p is None else args.p, contamination=args.contamination,

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .._cli_args import add_device_options, positive_int
+
 __all__ = ["register", "build_parser", "main", "run"]
 
 _MODEL_DEFAULTS = {
@@ -41,16 +43,6 @@ _MODEL_DEFAULTS = {
 }
 _STREAMING_ONLY = ("bins_per_dim", "decay", "virtual_lrd_scale", "max_bins")
 _SLIDING_ONLY = ("history_size",)
-
-
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _nonnegative_int(text):
@@ -75,8 +67,8 @@ def _positive_float(text):
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", nargs="?", default="-", help="CSV or JSON-lines file (.gz works), or - for standard input (default)")
-    p.add_argument("--window", dest="window_size", type=_positive_int, default=None, help="points per window (default 2048)")
-    p.add_argument("-k", "--k", dest="n_neighbors", type=_positive_int, default=None, help="LOF neighbours (default 20)")
+    p.add_argument("--window", dest="window_size", type=positive_int, default=None, help="points per window (default 2048)")
+    p.add_argument("-k", "--k", dest="n_neighbors", type=positive_int, default=None, help="LOF neighbours (default 20)")
     p.add_argument("--format", choices=["csv", "jsonl"], default=None, help="input format (default: jsonl for .jsonl/.ndjson files, else csv)")
     p.add_argument("--output-format", choices=["csv", "jsonl"], default=None, help="output format (default: the input format)")
     p.add_argument("--state", type=Path, default=None, metavar="FILE",
@@ -87,7 +79,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="streaming: StreamingLOF with a binned summary (default); sliding: SlidingWindowLOF")
     p.add_argument("--threshold", default=None, help="mean (default), quantile:Q, or an LOF value such as 1.5")
     p.add_argument("--metric", default=None, help="distance (default euclidean)")
-    p.add_argument("--bins-per-dim", type=_positive_int, default=None, help="streaming: intervals per dimension (default 10)")
+    p.add_argument("--bins-per-dim", type=positive_int, default=None, help="streaming: intervals per dimension (default 10)")
     p.add_argument("--decay", type=float, default=None, help="streaming: fading factor in (0, 1] (default 0.5)")
     p.add_argument("--virtual-lrd-scale", type=_positive_float, default=None, help="streaming: scale of the virtual points' lrd (default 1)")
     p.add_argument("--max-bins", type=_nonnegative_int, default=None, help="streaming: most bins kept (default 2048)")
@@ -100,10 +92,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="score a partial window when no record has arrived for this long (default: wait for a full window)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                    help="precision of a new detector (default float32; a resumed one keeps its own)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"], help="kernel implementation (default: auto)")
-    p.add_argument("--working-memory", type=float, default=None, metavar="MIB", help="MiB for one tile's temporaries")
-    p.add_argument("--quiet", action="store_true", help="no summary on stderr (malformed records are still reported)")
+    add_device_options(p, quiet_help="no summary on stderr (malformed records are still reported)")
 
 
 _DESCRIPTION = (
