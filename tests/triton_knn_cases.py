@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from gpumine.core.distance import get_metric
+from gpumine.core.triton.group_minima import group_minima, group_minima_torch
 from gpumine.core.triton.knn import fused_candidates
 from gpumine.neighbors import kneighbors
 from gpumine.neighbors._engine import knn_search
@@ -88,10 +89,34 @@ def test_float64_or_large_k_is_refused_explicitly_and_falls_back_on_auto():
     with pytest.raises(ValueError, match="float64"):
         kneighbors(X.astype(np.float64), k=3, device=DEVICE, backend="triton")
     with pytest.raises(ValueError, match="register budget"):
-        kneighbors(X, k=200, device=DEVICE, backend="triton")
+        kneighbors(X, k=200, metric="manhattan", device=DEVICE, backend="triton")
     if DEVICE == "cuda":
         stats = {}
         t = torch.from_numpy(X)
         knn_search(t, t, 3, get_metric("chebyshev"), exclude_self=True, device=torch.device(DEVICE),
                    budget_bytes=2**26, result_device=torch.device("cpu"), stats=stats)
         assert stats["backend"] == "torch"
+
+
+@pytest.mark.parametrize("shape", [(37, 203, 9), (1, 8, 1), (16, 130, 66)] if not ON_GPU else [(300, 2003, 9), (1, 8, 1), (129, 1030, 66)])
+def test_group_minima_equal_the_torch_twin(shape):
+    q, r, K = shape
+    Q = torch.from_numpy(_data("random", q, K, 6)).to(DEVICE)
+    R = torch.from_numpy(_data("random", r, K, 7)).to(DEVICE)
+    got = group_minima(Q, R, block_m=16, block_n=16)
+    torch.testing.assert_close(got, group_minima_torch(Q, R), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["random", "duplicates", "integer"])
+@pytest.mark.parametrize("metric", ["euclidean", "cosine"])
+def test_minima_path_search_equals_torch_twin(kind, metric):
+    # more than 2048 references per tile, so the group-minima kernel runs
+    X = _data(kind, 2100 * (4 if ON_GPU else 1), 3, 8)
+    Q = X[: 40 * SCALE]
+    for k in (1, 9, 300 if ON_GPU else 30):
+        fused = kneighbors(X, Q, k, metric=metric, device=DEVICE, backend="triton")
+        twin = kneighbors(X, Q, k, metric=metric, device=DEVICE, backend="torch")
+        np.testing.assert_array_equal(fused[1], twin[1])
+        np.testing.assert_array_equal(fused[0], twin[0])
+    own = kneighbors(X, None, 5, metric=metric, device=DEVICE, backend="triton", working_memory=4)
+    assert_knn_matches(*own, X, X, 5, metric, exclude_self=True)

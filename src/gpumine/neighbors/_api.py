@@ -52,10 +52,11 @@ def kneighbors(
     device : {"auto", "cpu", "cuda", "cuda:N"} or None
         Where to compute (``None``: the configured default, see :mod:`gpumine.config`).
     backend : {"auto", "torch", "triton"} or None
-        ``"triton"`` runs the candidate phase as one fused GPU kernel (float32;
-        euclidean, sqeuclidean, manhattan, cosine, inner product; k up to about
-        100); ``"auto"`` uses it on a GPU where it applies and torch otherwise.
-        Both give identical results.
+        ``"triton"`` runs the first selection stage in Triton kernels (float32;
+        euclidean, sqeuclidean, cosine and inner product through a group-minima
+        kernel for any k; manhattan through a fused kernel for k up to about
+        100). Both backends give identical results; ``"auto"`` uses torch for
+        kNN while it measures faster (see ``AUTO_PREFERS_FUSED``).
     working_memory : float, optional
         MiB allowed for one tile's temporaries.
     verbose : int, optional

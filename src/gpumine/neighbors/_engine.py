@@ -28,6 +28,7 @@ from ..config import get_config, resolve_backend
 from ..core.distance import Metric
 from ..core.select import PAD_INDEX, merge_topk, topk_by_score_then_index, topk_smallest
 from ..core.tiles import TilePlan, fits_on_device, iter_row_chunks, plan_tiles
+from ..core.triton.group_minima import group_minima
 from ..core.triton.knn import FUSED_METRICS, MAX_FUSED_CANDIDATES, fused_candidates
 
 __all__ = ["knn_search", "candidate_count", "fused_unsupported", "choose_backend"]
@@ -51,12 +52,17 @@ def fused_candidate_count(k: int, n_ref: int) -> int:
 
 
 def fused_unsupported(metric: Metric, dtype: torch.dtype, k: int, n_ref: int) -> str | None:
-    """Why the fused Triton kernel cannot run a search, or None when it can."""
+    """Why the Triton kernels cannot run a search, or None when they can.
+
+    Matrix-product metrics (euclidean, sqeuclidean, cosine, inner product) use
+    the group-minima kernel, which works for any k; manhattan uses the fused
+    insertion kernel, whose candidate list lives in registers.
+    """
     if metric.name not in FUSED_METRICS:
-        return f"metric {metric.name!r} has no fused kernel (supported: {', '.join(sorted(FUSED_METRICS))})"
+        return f"metric {metric.name!r} has no Triton kernel (supported: {', '.join(sorted(FUSED_METRICS))})"
     if dtype != torch.float32:
-        return "the fused kernel computes in float32 and the data is float64"
-    if fused_candidate_count(k, n_ref) > MAX_FUSED_CANDIDATES:
+        return "the Triton kernels compute in float32 and the data is float64"
+    if not metric.uses_matmul and fused_candidate_count(k, n_ref) > MAX_FUSED_CANDIDATES:
         return f"k={k} needs more candidates than the kernel's register budget ({MAX_FUSED_CANDIDATES}); larger k runs on the torch selection"
     return None
 
@@ -168,6 +174,32 @@ def _tile_candidates(S: torch.Tensor, c: int):
     return values, cols.gather(1, pos)
 
 
+def _tile_candidates_from_minima(Q: torch.Tensor, R: torch.Tensor, c: int, self_cols: torch.Tensor | None):
+    """:func:`_tile_candidates` with the first stage (scores reduced to group minima) in one Triton kernel.
+
+    The kernel's minima and the scores recomputed here for the chosen groups are
+    two roundings of the same products (each within the bound B of the exact
+    score). Every excluded column still scores at least the c-th kept value less
+    2B, so the certificate subtracts 3B instead of B on that side (``low_factor``).
+    The own column of a query (``self_cols``, tile-relative) may be a group's
+    minimum, so one group more is taken when it is excluded.
+    """
+    q, r = Q.shape[0], R.shape[0]
+    n_groups = r // _GROUP
+    minima = group_minima(Q, R)
+    _, groups = _tile_candidates(minima, min(n_groups, c + (self_cols is not None)))
+    members = torch.arange(_GROUP, device=Q.device) * n_groups
+    cols = (groups[:, :, None] + members).reshape(q, -1)
+    body = n_groups * _GROUP
+    if body < r:
+        cols = torch.cat([cols, torch.arange(body, r, device=Q.device).expand(q, r - body)], dim=1)
+    values = (R[cols] * Q[:, None, :]).sum(-1)
+    if self_cols is not None:
+        values = torch.where(cols == self_cols[:, None], torch.full_like(values, float("inf")), values)
+    values, pos = torch.topk(values, min(c, values.shape[1]), dim=1, largest=False, sorted=False)
+    return values, cols.gather(1, pos)
+
+
 def _keep_best(values, index, new_values, new_index, c):
     """Best ``c`` of two candidate lists by tile score (ties arbitrary: the exact re-rank settles them)."""
     values = torch.cat([values, new_values], dim=1)
@@ -207,11 +239,15 @@ def knn_search(
     if n_query == 0:
         return out_scores, out_index
     c = candidate_count(k, n_ref)
-    fused = backend == "triton"
-    if fused:
+    if backend == "triton":
         reason = fused_unsupported(metric, dtype, k, n_ref)
         if reason:
             raise ValueError(f"backend='triton' cannot run this search: {reason}; use backend='torch' or 'auto'")
+    # matrix-product metrics: torch flow with the group-minima kernel as the first selection
+    # stage; manhattan: the fused insertion kernel for the whole candidate phase
+    minima = backend == "triton" and metric.uses_matmul
+    fused = backend == "triton" and not minima
+    if fused:
         c = fused_candidate_count(k, n_ref)
     plan = plan_tiles(n_query, n_ref, d, c, ref.element_size(), budget_bytes)
     if fused:
@@ -227,8 +263,9 @@ def knn_search(
             if fused:
                 cand_scores, cand_index = _candidates_fused(Q, Qp, refs, q0, c, exclude_self)
             else:
-                cand_scores, cand_index = _candidates(Qp, refs, ids, c, exclude_self)
-            scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, ids, exclude_self, plan)
+                cand_scores, cand_index = _candidates(Qp, refs, ids, c, exclude_self, minima)
+            scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, ids, exclude_self, plan,
+                                               low_factor=3.0 if minima else 1.0)
             failed = (~certified).nonzero().squeeze(1)
             # rows the certificate could not settle (exact ties or duplicates around the
             # k-th place): retry with 8x the candidates, then scan exactly as a last resort
@@ -237,8 +274,9 @@ def knn_search(
                 c_retry = min(n_ref, 8 * c_retry, _MAX_RETRY_CANDIDATES)
                 n_retried += failed.numel()
                 Qf, Qpf = Q[failed], _take_rows(Qp, failed)
-                cs, ci = _candidates(Qpf, refs, ids[failed], c_retry, exclude_self)
-                f_scores, f_index, ok = _rerank(Qf, Qpf, cs, ci, refs, metric, k, c_retry, n_ref, ids[failed], exclude_self, plan)
+                cs, ci = _candidates(Qpf, refs, ids[failed], c_retry, exclude_self, minima)
+                f_scores, f_index, ok = _rerank(Qf, Qpf, cs, ci, refs, metric, k, c_retry, n_ref, ids[failed], exclude_self, plan,
+                                                low_factor=3.0 if minima else 1.0)
                 settled = failed[ok]
                 scores[settled], index[settled] = f_scores[ok], f_index[ok]
                 failed = failed[~ok]
@@ -263,15 +301,18 @@ def _take_rows(prepared: dict, rows: torch.Tensor) -> dict:
     return {name: value[rows] for name, value in prepared.items()}
 
 
-def _candidates(Qp: dict, refs: _References, query_ids: torch.Tensor, c: int, exclude_self: bool):
+def _candidates(Qp: dict, refs: _References, query_ids: torch.Tensor, c: int, exclude_self: bool, minima: bool = False):
     q = Qp["rows"].shape[0]
     device = Qp["rows"].device
     values = index = None
     for r0, Rp in refs.prepared_tiles():
-        S = refs.metric.tile_scores(Qp, Rp)
-        if exclude_self:
-            _mask_self(S, query_ids, r0)
-        v, pos = _tile_candidates(S, c)
+        if minima and Rp["rows"].shape[0] > max(16 * c, 2048):
+            v, pos = _tile_candidates_from_minima(Qp["rows"], Rp["rows"], c, query_ids - r0 if exclude_self else None)
+        else:
+            S = refs.metric.tile_scores(Qp, Rp)
+            if exclude_self:
+                _mask_self(S, query_ids, r0)
+            v, pos = _tile_candidates(S, c)
         pos = pos + r0
         values, index = (v, pos) if values is None else _keep_best(values, index, v, pos, c)
     if values.shape[1] < c:  # fewer references than candidates in the first tile: pad
@@ -295,12 +336,18 @@ def _candidates_fused(Q, Qp, refs: _References, q0: int, c: int, exclude_self: b
     return values, index
 
 
-def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids, exclude_self, plan):
-    """Exact scores of the candidates, the best k by (score, index), and which rows are certified."""
+def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids, exclude_self, plan, low_factor=1.0):
+    """Exact scores of the candidates, the best k by (score, index), and which rows are certified.
+
+    ``low_factor`` widens the bound on excluded references when candidates were
+    chosen from a second rounding of the tile scores (the group-minima kernel):
+    see :func:`_tile_candidates_from_minima`.
+    """
     q, d = Q.shape
     kth = torch.topk(cand_scores, k, dim=1, largest=False, sorted=False).values.amax(1)
     cth = cand_scores.amax(1)
     low, high = metric.bounds(Qp, refs.scale, d, Q.device, kth, cth)
+    low = low * low_factor
     certified = torch.isinf(cth) | (cth - low > kth + high)
     if c >= n_ref:
         certified = torch.ones_like(certified)
