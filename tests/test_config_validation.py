@@ -74,6 +74,7 @@ def test_auto_picks_the_gpu():
         (pd.DataFrame({"a": [1, 2], "b": [3.0, 4.0]}), torch.float32),
         (torch.ones(3, 2, dtype=torch.float64), torch.float64),
         (torch.ones(3, 2, dtype=torch.int32), torch.float32),
+        (torch.ones(3, 2, dtype=torch.bool), torch.float32),
     ],
 )
 def test_check_array_dtypes(X, dtype):
@@ -103,6 +104,7 @@ def test_check_array_keeps_readonly_memmap_without_copy(tmp_path):
         (sp.csr_matrix(np.eye(2)), TypeError, "sparse input"),
         (pd.DataFrame({"a": ["x", "y"]}), ValueError, "non-numeric columns"),
         (None, ValueError, "X is None"),
+        (torch.ones(2, 2, dtype=torch.complex64), ValueError, "Complex data not supported"),
     ],
 )
 def test_check_array_errors(X, error, match):

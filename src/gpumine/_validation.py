@@ -155,9 +155,11 @@ def check_array(
         tensor = data
         if tensor.is_complex():
             raise ValueError(f"Complex data not supported: {name} is complex; pass real numbers (e.g. {name}.real)")
-        if tensor.dtype == torch.bool or not (tensor.is_floating_point() or tensor.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)):
-            if tensor.dtype != torch.bool:
-                raise ValueError(f"{name} has dtype {tensor.dtype}, which is not numeric; pass numbers")
+        numeric = tensor.is_floating_point() or tensor.dtype in (
+            torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64
+        )
+        if not numeric:
+            raise ValueError(f"{name} has dtype {tensor.dtype}, which is not numeric; pass numbers")
         target = dtype or (torch.float64 if tensor.dtype == torch.float64 else torch.float32)
         if tensor.dtype != target:
             tensor = tensor.to(target)
