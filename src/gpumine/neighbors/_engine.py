@@ -101,6 +101,7 @@ class _References:
         self.resident = ref.device == device or fits_on_device(3 * ref.numel() * itemsize, device)
         self.data = ref.to(device) if self.resident else ref
         self._prepared = None
+        self._by_feature = None
         self.scale = None
         if self.resident:
             self._prepared = [
@@ -128,7 +129,12 @@ class _References:
         """Rows at ``index`` (any shape), on the device."""
         flat = index.clamp(min=0).reshape(-1)
         if self.resident:
-            rows = self.data.index_select(0, flat)
+            # one 1-D gather per feature from a feature-major copy: the row gather
+            # (index_select) took 12.6 ms for 21M rows of 8 floats on an H200, 57 % of a
+            # k = 2048 search
+            if self._by_feature is None:
+                self._by_feature = self.data.T.contiguous()
+            rows = torch.stack([column.index_select(0, flat) for column in self._by_feature], dim=1)
         else:
             rows = self.host.index_select(0, flat.cpu()).to(self.device)
         return rows.reshape(*index.shape, self.data.shape[1])
