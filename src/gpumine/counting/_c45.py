@@ -17,9 +17,11 @@ the MDL correction ``log2(#candidate cuts) / N`` and the minimum split size
 ``min_samples_leaf`` instances; missing values: gain scaled by the known
 fraction, split information with the unknowns as an extra branch, instances
 with a missing value sent down every branch with fractional weights, and the
-same at prediction time; collapsing and pessimistic (confidence-bound) subtree
-replacement pruning. Not done: subtree raising (J48's default ``-S`` off, i.e.
-this equals ``J48 -S``), Laplace leaves, reduced-error pruning.
+same at prediction time; collapsing and pessimistic (confidence-bound) pruning
+by subtree replacement and, as J48 by default, subtree raising (a node may be
+replaced by its largest branch, the training instances of the other branches
+re-distributed into it; ``subtree_raising=False`` is ``J48 -S``). Not done:
+Laplace leaves, reduced-error pruning.
 
 Numeric attributes with more than ``max_bins`` distinct values are cut into
 ``max_bins`` equal-frequency bins first (cut points only between bins; exact
@@ -197,6 +199,11 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         Pessimistic subtree-replacement pruning (``False``: J48 ``-U``).
     collapse : bool, default=True
         Collapse subtrees that do not reduce training errors (J48's default).
+    subtree_raising : bool, default=True
+        During pruning, also consider replacing a node by its largest branch, with
+        the node's training instances routed through that branch (J48's default;
+        ``False`` is ``J48 -S``: subtree replacement only). Runs on the host, one
+        node at a time, over the training instances of each node.
     categorical_features : None, "all", array of indices or bool mask, default=None
         Nominal features (multiway splits). ``None``: the non-numeric columns of a
         DataFrame; every column of an array is numeric.
@@ -238,13 +245,14 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, min_samples_leaf=2, confidence=0.25, max_depth=None, *, prune=True, collapse=True,
-                 categorical_features=None, max_bins=256, handle_unknown="error", representation="auto",
+                 subtree_raising=True, categorical_features=None, max_bins=256, handle_unknown="error", representation="auto",
                  device="auto", backend="auto"):
         self.min_samples_leaf = min_samples_leaf
         self.confidence = confidence
         self.max_depth = max_depth
         self.prune = prune
         self.collapse = collapse
+        self.subtree_raising = subtree_raising
         self.categorical_features = categorical_features
         self.max_bins = max_bins
         self.handle_unknown = handle_unknown
@@ -409,7 +417,10 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         if self.collapse:
             self._collapse(0)
         if self.prune:
-            self._prune()
+            if self.subtree_raising:
+                self._prune_raising(codes, y_t, w_t)
+            else:
+                self._prune()
         self._finalize()
         return self
 
@@ -486,6 +497,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                     t = infos[j]["thr"][sel]
                     thr_code[sel] = t
                     is_num[sel] = True
+                    T.thrc[level_nodes[sel]] = t
                     T.thr[level_nodes[sel]] = self._thresholds(j, t, infos[j]["next"][sel])
             rows, group, weight = self._route(codes, rows, group, weight, ba, child_base, k_S, S, thr_code, is_num,
                                               frac_tab)
@@ -729,6 +741,139 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             else:
                 est_sub[v] = tree
 
+    def _prune_raising(self, codes, y, w):
+        """J48's pessimistic pruning with subtree raising (``C45PruneableClassifierTree.prune``).
+
+        Bottom-up: after its children are pruned, a node becomes a leaf when the
+        leaf's estimated errors are within 0.1 of both the subtree's and those of
+        its largest branch (the most weight, the last such on ties) with all of the
+        node's training instances routed through it; otherwise, when the largest
+        branch is within 0.1 of the subtree, that branch replaces the node, the
+        class distributions (and missing-value fractions) of the raised subtree are
+        recomputed from the node's instances, and the node is pruned again.
+        Training instances of a node are rebuilt by routing its parent's, with
+        fractional weights for missing values (split fractions from the routed
+        instances' known values, as Weka's ``resetDistribution``).
+        """
+        import sys
+
+        T = self._tree
+        cf = float(self.confidence)
+        C = T.C
+        n_known = self._cols.n_known
+        nominal = self._cols.nominal
+        inner = np.flatnonzero(T.nchild[:T.n] > 0)
+        used = np.unique(T.attr[inner]) if inner.size else np.zeros(0, dtype=np.int64)
+        col = {int(j): codes[:, int(j)].cpu().numpy() for j in used}
+        yh = y.cpu().numpy()
+        n = yh.shape[0]
+        w0 = np.ones(n) if w is None else w.cpu().numpy().astype(np.float64)
+
+        def est(dist):
+            tot = float(dist.sum())
+            if abs(tot) < _SMALL:
+                return 0.0
+            e = tot - float(dist.max())
+            return e + add_errors(tot, e, cf)
+
+        def thr_level(v):
+            bmax = self._cols.bin_max[int(T.attr[v])]
+            return max(int(T.thrc[v]), int(np.searchsorted(bmax, T.thr[v], side="right")) - 1)
+
+        def kids(v):
+            f = int(T.first[v])
+            return range(f, f + int(T.nchild[v]))
+
+        def split(v, rows, wts):
+            a, k = int(T.attr[v]), int(T.nchild[v])
+            c = col[a][rows].astype(np.int64)
+            miss = c >= n_known[a]
+            # numeric: the cut is at the real threshold (a training value of the whole data, perhaps beyond the
+            # node's own values), so instances routed from elsewhere compare with it as J48's C45Split does
+            br = c if nominal[a] else (c > thr_level(v)).astype(np.int64)
+            br = np.where(miss, k, br)
+            bags = np.bincount(br, wts, minlength=k + 1)
+            known = bags[:k].sum()
+            frac = bags[:k] / known if abs(known) >= _SMALL else np.full(k, 1.0 / k)
+            per_bag = bags[:k] + bags[k] * frac
+            order = np.argsort(br, kind="stable")
+            bounds = np.r_[0, np.cumsum(np.bincount(br, minlength=k + 1))]
+            mr, mw = rows[order[bounds[k]:]], wts[order[bounds[k]:]]
+            parts = []
+            for i in range(k):
+                sel = order[bounds[i]:bounds[i + 1]]
+                r, ww = rows[sel], wts[sel]
+                if mr.size and frac[i] > _SMALL:
+                    r, ww = np.concatenate([r, mr]), np.concatenate([ww, mw * frac[i]])
+                parts.append((r, ww))
+            return parts, frac, per_bag
+
+        def est_branch(v, rows, wts):
+            if rows.size == 0:
+                return 0.0
+            if not T.nchild[v]:
+                return est(np.bincount(yh[rows], wts, minlength=C))
+            parts, _, _ = split(v, rows, wts)
+            return sum(est_branch(c, r, ww) for c, (r, ww) in zip(kids(v), parts))
+
+        def est_tree(v):
+            if not T.nchild[v]:
+                return est(T.dist[v])
+            return sum(est_tree(c) for c in kids(v))
+
+        def new_distribution(v, rows, wts):
+            T.dist[v] = np.bincount(yh[rows], wts, minlength=C) if rows.size else 0.0
+            if T.nchild[v]:
+                parts, frac, _ = split(v, rows, wts)
+                T.frac[v] = 0.0
+                T.frac[v, :frac.size] = frac
+                for c, (r, ww) in zip(kids(v), parts):
+                    new_distribution(c, r, ww)
+
+        def prune(v, rows, wts):
+            while T.nchild[v]:
+                parts, _, per_bag = split(v, rows, wts)
+                ks = list(kids(v))
+                for c, (r, ww) in zip(ks, parts):
+                    prune(c, r, ww)
+                big, mx = -1, 0.0
+                for i, b in enumerate(per_bag):  # Weka's Distribution.maxBag: the last within 1e-6 of the max
+                    if b - mx > -_SMALL:
+                        big, mx = i, b
+                e_branch = est_branch(ks[big], rows, wts)
+                e_leaf = est(T.dist[v])
+                e_tree = est_tree(v)
+                if e_leaf - (e_tree + 0.1) < _SMALL and e_leaf - (e_branch + 0.1) < _SMALL:
+                    T.nchild[v] = 0
+                    return
+                if not e_branch - (e_tree + 0.1) < _SMALL:
+                    return
+                b = ks[big]
+                T.attr[v], T.thr[v], T.thrc[v] = T.attr[b], T.thr[b], T.thrc[b]
+                T.first[v], T.nchild[v] = T.first[b], T.nchild[b]
+                T.parent[list(kids(v))] = v
+                new_distribution(v, rows, wts)
+
+        old = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(old, 4 * int(T.depth[:T.n].max()) + 200))
+        try:
+            prune(0, np.arange(n), w0)
+        finally:
+            sys.setrecursionlimit(old)
+        # raising moves subtrees up: recompute depths of the nodes still reachable
+        frontier = np.array([0])
+        T.depth[0] = 0
+        while frontier.size:
+            nc = T.nchild[frontier]
+            par = frontier[nc > 0]
+            if par.size == 0:
+                break
+            k = T.nchild[par]
+            ch = np.repeat(T.first[par], k) + (np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k))
+            T.parent[ch] = np.repeat(par, k)
+            T.depth[ch] = np.repeat(T.depth[par], k) + 1
+            frontier = ch
+
     def _finalize(self):
         """Prediction tables on the device, indexed by node id."""
         T = self._tree
@@ -868,7 +1013,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             cls = self.classes_[int(np.argmax(self._t["prob"][i]))]
             tot = dist.sum()
             err = tot - dist.max() if tot > 0 else 0.0
-            return f"{cls} ({tot:.1f}/{err:.1f})" if err > 0 else f"{cls} ({tot:.1f})"
+            return f"{cls} ({_jnum(tot)}/{_jnum(err)})" if err > _SMALL else f"{cls} ({_jnum(tot)})"
 
         def walk(i, indent):
             j = int(self._t["attr"][i])
@@ -900,12 +1045,13 @@ class _Nodes:
         self._alloc(64)
 
     def _alloc(self, cap):
-        old = {k: getattr(self, k) for k in ("dist", "parent", "attr", "thr", "first", "nchild", "frac", "depth")} \
+        old = {k: getattr(self, k) for k in ("dist", "parent", "attr", "thr", "thrc", "first", "nchild", "frac", "depth")} \
             if hasattr(self, "dist") else None
         self.dist = np.zeros((cap, self.C))
         self.parent = np.full(cap, -1, dtype=np.int64)
         self.attr = np.full(cap, -1, dtype=np.int64)
         self.thr = np.zeros(cap)
+        self.thrc = np.full(cap, -1, dtype=np.int64)  # numeric split: the last level code of the left branch
         self.first = np.zeros(cap, dtype=np.int64)
         self.nchild = np.zeros(cap, dtype=np.int64)
         self.frac = np.zeros((cap, self.maxk))
@@ -956,6 +1102,16 @@ def _add_errors_vec(N, e, cf):
         base = N * (1 - np.power(cf, 1 / N))
         low = base + e * (upper(N, np.ones_like(e)) - base)
         return np.where(e < 1, np.where(e == 0, base, low), upper(N, e))
+
+
+def _jnum(x):
+    """A weight as J48 prints it: Weka's ``Utils.roundDouble(x, 2)`` (half up) in Java's ``Double.toString``."""
+    r = math.floor(float(x) * 100 + 0.5) / 100
+    if r == 0 or 1e-3 <= abs(r) < 1e7:
+        return repr(r)
+    m, e = f"{r:.15e}".split("e")
+    m = m.rstrip("0")
+    return f"{m}0E{int(e)}" if m.endswith(".") else f"{m}E{int(e)}"
 
 
 def _ratio(gain, split_ent, total):
