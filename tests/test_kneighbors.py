@@ -219,3 +219,49 @@ def test_heavy_ties_are_settled_by_retries_then_the_exact_scan(monkeypatch):
     monkeypatch.setattr(engine, "_MAX_RETRY_CANDIDATES", 100)
     capped = run(np.zeros((1000, 2), np.float32))  # retries capped below the tie group: exact scan
     assert capped["rows_exact_scan"] == 1000
+
+
+@pytest.mark.parametrize("scale", [1e-24, 1e-15, 1e15, 3e19])
+@pytest.mark.parametrize("metric", ["euclidean", "cosine", "manhattan"])
+def test_data_near_the_ends_of_the_float32_range(scale, metric):
+    # squares of such values overflow or underflow float32; the engine rescales by a power of two
+    rng = np.random.default_rng(24)
+    X = (rng.standard_normal((40, 3)) * scale).astype(np.float32)
+    Q = (rng.standard_normal((2, 3)) * scale).astype(np.float32)
+    d, i = kneighbors(X, Q, 3, metric=metric, device="cpu")
+    ref_d, ref_i, _ = brute_force_knn(X, Q, 3, metric)
+    np.testing.assert_array_equal(i, ref_i)
+    np.testing.assert_allclose(d, ref_d, rtol=1e-5)
+
+
+def test_overflowing_tile_scores_do_not_certify_a_wrong_row():
+    ref = np.zeros((26, 2), np.float32)
+    ref[:5] = np.random.RandomState(0).randn(5, 2)
+    ref[5:15, 1], ref[15:25, 1], ref[25] = 1.9e19, -1.9e19, [2.0e19, 0]
+    d, i = kneighbors(ref, np.array([[2.0e19, 0]], np.float32), k=1, device="cpu")
+    assert i.tolist() == [[25]] and d.tolist() == [[0.0]]
+
+
+def test_fortran_order_and_reversed_inputs_keep_the_tie_rule():
+    rng = np.random.default_rng(25)
+    base = rng.standard_normal((40, 17))
+    X = np.repeat(base[:1], 3000, 0)
+    X[:50] = rng.standard_normal((50, 17)) * 5
+    Q = base[:1] + 0.01 * rng.standard_normal((30, 17))
+    c_order = kneighbors(X.astype(np.float32), Q.astype(np.float32), 5, device="cpu")
+    f_order = kneighbors(np.asfortranarray(X.astype(np.float32)), Q.astype(np.float32), 5, device="cpu")
+    np.testing.assert_array_equal(c_order[1], f_order[1])
+    np.testing.assert_array_equal(c_order[1][:, 0], 50)
+    reversed_view = X.astype(np.float32)[::-1]
+    d, i = kneighbors(reversed_view, Q.astype(np.float32), 5, device="cpu")
+    assert i.shape == (30, 5)
+
+
+def test_minkowski_duplicates_tie_whatever_the_tiling():
+    rng = np.random.default_rng(26)
+    base = rng.standard_normal((20, 3)).astype(np.float32)
+    ref = np.concatenate([base] * 5)
+    q = rng.standard_normal((6, 3)).astype(np.float32)
+    runs = [kneighbors(ref, q, 7, metric="minkowski", p=3, device="cpu", working_memory=wm)[1] for wm in (1024, 0.01)]
+    np.testing.assert_array_equal(runs[0], runs[1])
+    np.testing.assert_array_equal(runs[0], brute_force_knn(ref, q, 7, "minkowski", p=3)[1])

@@ -145,6 +145,8 @@ def check_array(
         raise ValueError(f"{name} is None; pass an array of shape (n_samples, n_features)")
     data = _to_numpy_or_tensor(X, name)
     if isinstance(data, np.ndarray):
+        if any(stride < 0 for stride in data.strides):  # torch cannot wrap reversed views
+            data = np.ascontiguousarray(data)
         np_dtype = None if dtype is None else {torch.float32: np.float32, torch.float64: np.float64}[dtype]
         data = _numpy_to_float(data, name, np_dtype)
         with warnings.catch_warnings():

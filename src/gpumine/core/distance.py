@@ -63,6 +63,20 @@ class Metric:
     p: float = 2.0
 
     @property
+    def scale_power(self) -> int:
+        """How scores scale with the data: scores(s * X) = s ** scale_power * scores(X)."""
+        if self.name in ("euclidean", "sqeuclidean", "inner_product"):
+            return 2
+        return 0 if self.name == "cosine" else 1
+
+    @property
+    def distance_power(self) -> int:
+        """How distances scale with the data: distance(s * X) = s ** distance_power * distance(X)."""
+        if self.name in ("sqeuclidean", "inner_product"):
+            return 2
+        return 0 if self.name == "cosine" else 1
+
+    @property
     def uses_matmul(self) -> bool:
         return self.name in ("euclidean", "sqeuclidean", "cosine", "inner_product")
 
@@ -70,7 +84,11 @@ class Metric:
     def centre(self, X_ref: torch.Tensor) -> torch.Tensor | None:
         """The shift applied to both sides before tile products (the reference mean, for L2)."""
         if self.name in ("euclidean", "sqeuclidean") and X_ref.shape[0]:
-            return X_ref.to(torch.float64).mean(0).to(X_ref.dtype)
+            # summed in float64 a block of rows at a time: no full float64 copy of the data
+            total = torch.zeros(X_ref.shape[1], dtype=torch.float64, device=X_ref.device)
+            for start in range(0, X_ref.shape[0], 65536):
+                total += X_ref[start : start + 65536].to(torch.float64).sum(0)
+            return (total / X_ref.shape[0]).to(X_ref.dtype)
         return None
 
     def prepare(self, X: torch.Tensor, centre: torch.Tensor | None, side: str) -> dict:
@@ -119,6 +137,9 @@ class Metric:
         contiguous reduction, so its value does not depend on which other pairs
         share the batch (tiling, chunking, candidate lists).
         """
+        # C-contiguous operands keep each pair's reduction order independent of the
+        # caller's memory layout (Fortran-order input changed the order and broke ties)
+        Q, Y = Q.contiguous(), Y.contiguous()
         Qb = Q[:, None, :]
         if self.name in ("cosine", "inner_product"):
             dot = (Qb * Y).sum(-1)
@@ -127,7 +148,7 @@ class Metric:
             denom = torch.sqrt((Q * Q).sum(-1))[:, None] * torch.sqrt((Y * Y).sum(-1))
             positive = denom > 0
             cos = torch.where(positive, dot / torch.where(positive, denom, torch.ones_like(denom)), torch.zeros_like(dot))
-            return 1.0 - cos
+            return (1.0 - cos).clamp_(0.0, 2.0)  # as scikit-learn: rounding can leave 1 - cos just below 0
         diff = Qb - Y
         if self.name in ("euclidean", "sqeuclidean"):
             return (diff * diff).sum(-1)
@@ -136,7 +157,9 @@ class Metric:
             return diff.sum(-1)
         if self.name == "chebyshev":
             return diff.amax(-1)
-        return diff.pow_(self.p).sum(-1).pow_(1.0 / self.p)
+        # float64 powers: torch's vectorised float32 pow rounds differently in a batch's
+        # body and tail, which made a pair's value depend on its position
+        return diff.to(torch.float64).pow_(self.p).sum(-1).pow_(1.0 / self.p).to(Q.dtype)
 
     def to_distance(self, scores: torch.Tensor) -> torch.Tensor:
         """Turn ranking scores into the distances users see."""

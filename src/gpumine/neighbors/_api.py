@@ -115,8 +115,9 @@ def kneighbors(
         result_device=result_device,
         verbose=verbose,
         backend=backend,
+        as_distance=True,
     )
     index_out = to_output(index, kind)
     if not return_distance:
         return index_out
-    return to_output(metric_obj.to_distance(scores), kind), index_out
+    return to_output(scores, kind), index_out

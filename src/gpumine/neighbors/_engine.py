@@ -21,6 +21,8 @@ as matrix products.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .._progress import Progress
@@ -81,6 +83,21 @@ def choose_backend(backend, device: torch.device, metric: Metric, dtype: torch.d
         if not AUTO_PREFERS_FUSED or fused_unsupported(metric, dtype, k, n_ref):
             return "torch"
     return resolved
+
+
+# squares of values outside [2^-40, 2^40] approach float32's range (overflow past
+# ~1.8e19, underflow below ~1e-19): such data is scaled by a power of two (exact)
+_SAFE_MAGNITUDE = 2.0**40
+
+
+def _range_scale(ref: torch.Tensor, query: torch.Tensor) -> float | None:
+    """A power of two that brings the data's largest magnitude near 1, or None when it is safe as is."""
+    largest = float(ref.abs().amax()) if ref.numel() else 0.0
+    if query is not ref and query.numel():
+        largest = max(largest, float(query.abs().amax()))
+    if largest == 0.0 or 1.0 / _SAFE_MAGNITUDE <= largest <= _SAFE_MAGNITUDE:
+        return None
+    return 2.0 ** (-round(math.log2(largest)))
 
 
 def _max_scale(scales):
@@ -227,6 +244,7 @@ def knn_search(
     verbose=None,
     stats: dict | None = None,
     backend: str = "torch",
+    as_distance: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact k nearest references of every query row.
 
@@ -236,10 +254,18 @@ def knn_search(
     (queries are the references). ``stats``, when given, receives counters
     (rows redone by the exact scan, tile plan). ``backend="triton"`` runs the
     candidate phase as one fused kernel (see :func:`fused_unsupported`).
+    ``as_distance=True`` returns the metric's distances instead of scores.
+    Data whose magnitude is near the ends of the float range is scaled by a
+    power of two first (exact) and the results scaled back.
     """
     n_query, d = query.shape
     n_ref = ref.shape[0]
     dtype = ref.dtype
+    scale = _range_scale(ref, query)
+    if scale is not None:
+        same = query is ref
+        ref = ref * scale
+        query = ref if same else query * scale
     out_scores = torch.empty((n_query, k), dtype=dtype, device=result_device)
     out_index = torch.empty((n_query, k), dtype=torch.int64, device=result_device)
     if n_query == 0:
@@ -297,6 +323,13 @@ def knn_search(
     if stats is not None:
         stats.update(rows_exact_scan=n_fallback, rows_retried=n_retried, query_rows=plan.query_rows, ref_rows=plan.ref_rows,
                      candidates=c, references_resident=refs.resident, backend=backend)
+    if as_distance:
+        # distances are formed before unscaling: a tiny distance survives where its square would not
+        out_scores = metric.to_distance(out_scores)
+        if scale is not None:
+            out_scores /= scale ** metric.distance_power
+    elif scale is not None:
+        out_scores /= scale ** metric.scale_power
     return out_scores, out_index
 
 
@@ -354,7 +387,9 @@ def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids
     cth = cand_scores.amax(1)
     low, high = metric.bounds(Qp, refs.scale, d, Q.device, kth, cth)
     low = low * low_factor
-    certified = torch.isinf(cth) | (cth - low > kth + high)
+    # an infinite or NaN largest candidate can only come from overflow (padding means every
+    # reference is a candidate, handled below), so it must not certify a row
+    certified = cth - low > kth + high
     if c >= n_ref:
         certified = torch.ones_like(certified)
     # exact per-pair scores of the candidates, in query sub-blocks that fit the budget
@@ -394,5 +429,8 @@ def _exact_scan(Q: torch.Tensor, query_ids: torch.Tensor, refs: _References, met
                 rows = inside.nonzero().squeeze(1)
                 S[rows, cols[rows]] = float("inf")
             v, col = topk_smallest(S, min(k, S.shape[1]))
-            best_v, best_i = merge_topk(best_v, best_i, v, col + start, k)
+            idx = col + start
+            if exclude_self:  # a masked own entry is padding, never a neighbour
+                idx = torch.where(torch.isinf(v) & (idx == query_ids[:, None]), torch.full_like(idx, PAD_INDEX), idx)
+            best_v, best_i = merge_topk(best_v, best_i, v, idx, k)
     return best_v, best_i

@@ -127,8 +127,9 @@ class _KNeighborsBase(BaseEstimator):
             result_device=self.device_,
             verbose=self.verbose,
             backend=backend,
+            as_distance=True,
         )
-        return self._metric.to_distance(scores), index, kind
+        return scores, index, kind
 
     def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
         """Find the k nearest training points of each row of ``X``.
