@@ -92,9 +92,13 @@ _SAFE_MAGNITUDE = 2.0**40
 
 def _range_scale(ref: torch.Tensor, query: torch.Tensor) -> float | None:
     """A power of two that brings the data's largest magnitude near 1, or None when it is safe as is."""
-    largest = float(ref.abs().amax()) if ref.numel() else 0.0
+    def magnitude(X: torch.Tensor) -> float:  # aminmax: no |X| copy of possibly huge host data
+        low, high = torch.aminmax(X)
+        return max(-float(low), float(high))
+
+    largest = magnitude(ref) if ref.numel() else 0.0
     if query is not ref and query.numel():
-        largest = max(largest, float(query.abs().amax()))
+        largest = max(largest, magnitude(query))
     if largest == 0.0 or 1.0 / _SAFE_MAGNITUDE <= largest <= _SAFE_MAGNITUDE:
         return None
     return 2.0 ** (-round(math.log2(largest)))
