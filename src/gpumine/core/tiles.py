@@ -14,7 +14,7 @@ from typing import Iterator
 
 import torch
 
-__all__ = ["TilePlan", "plan_tiles", "iter_row_chunks", "fits_on_device"]
+__all__ = ["TilePlan", "plan_tiles", "tile_bytes", "iter_row_chunks", "fits_on_device"]
 
 _INDEX_BYTES = 8
 
@@ -28,10 +28,11 @@ class TilePlan:
     budget_bytes: int
 
     def tile_bytes(self, n_features: int, n_candidates: int, itemsize: int) -> int:
-        return _tile_bytes(self.query_rows, self.ref_rows, n_features, n_candidates, itemsize)
+        return tile_bytes(self.query_rows, self.ref_rows, n_features, n_candidates, itemsize)
 
 
-def _tile_bytes(q: int, r: int, d: int, c: int, itemsize: int) -> int:
+def tile_bytes(q: int, r: int, d: int, c: int, itemsize: int) -> int:
+    """Bytes of temporaries for a tile of ``q`` queries x ``r`` references with ``c`` candidates each."""
     # the score tile, its group minima and their top-k scratch (values + indices,
     # an eighth of the tile: see gpumine.neighbors._engine._tile_candidates), the
     # running and new candidate lists, and the rows themselves
@@ -62,8 +63,8 @@ def plan_tiles(n_query: int, n_ref: int, n_features: int, n_candidates: int, ite
     n_query, n_ref = max(n_query, 1), max(n_ref, 1)
     c = min(n_candidates, n_ref)
     min_ref = min(n_ref, max(c, 1))
-    if _tile_bytes(1, min_ref, n_features, c, itemsize) > budget_bytes:
-        need = _tile_bytes(1, min_ref, n_features, c, itemsize) / 2**20
+    if tile_bytes(1, min_ref, n_features, c, itemsize) > budget_bytes:
+        need = tile_bytes(1, min_ref, n_features, c, itemsize) / 2**20
         raise ValueError(
             f"working_memory={budget_bytes / 2**20:.3g} MiB is too small for even one query against "
             f"{min_ref} references with {n_features} features; raise working_memory to at least {need:.3g} MiB"
@@ -83,7 +84,7 @@ def _largest_fitting_queries(q_cap: int, r: int, d: int, c: int, itemsize: int, 
     lo, hi = 0, q_cap  # binary search: tile bytes grow with q
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _tile_bytes(mid, r, d, c, itemsize) <= budget:
+        if tile_bytes(mid, r, d, c, itemsize) <= budget:
             lo = mid
         else:
             hi = mid - 1

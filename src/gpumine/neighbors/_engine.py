@@ -29,7 +29,7 @@ from .._progress import Progress
 from ..config import get_config, resolve_backend
 from ..core.distance import Metric
 from ..core.select import PAD_INDEX, merge_topk, topk_by_score_then_index, topk_smallest
-from ..core.tiles import TilePlan, fits_on_device, iter_row_chunks, plan_tiles
+from ..core.tiles import TilePlan, fits_on_device, iter_row_chunks, plan_tiles, tile_bytes
 from ..core.triton.group_minima import group_minima
 from ..core.triton.knn import FUSED_METRICS, MAX_FUSED_CANDIDATES, fused_candidates
 
@@ -220,7 +220,11 @@ def _tile_candidates_from_minima(Q: torch.Tensor, R: torch.Tensor, c: int, self_
     body = n_groups * _GROUP
     if body < r:
         cols = torch.cat([cols, torch.arange(body, r, device=Q.device).expand(q, r - body)], dim=1)
-    values = (R[cols] * Q[:, None, :]).sum(-1)
+    # feature by feature, so nothing of size (queries x candidates x features) is built
+    R_by_feature = R.T.contiguous()
+    values = torch.zeros(cols.shape, dtype=Q.dtype, device=Q.device)
+    for j in range(R_by_feature.shape[0]):
+        values.addcmul_(R_by_feature[j][cols], Q[:, j : j + 1])
     if self_cols is not None:
         values = torch.where(cols == self_cols[:, None], torch.full_like(values, float("inf")), values)
     values, pos = torch.topk(values, min(c, values.shape[1]), dim=1, largest=False, sorted=False)
@@ -309,13 +313,19 @@ def knn_search(
             while failed.numel() and c_retry < min(n_ref, _MAX_RETRY_CANDIDATES):
                 c_retry = min(n_ref, 8 * c_retry, _MAX_RETRY_CANDIDATES)
                 n_retried += failed.numel()
-                Qf, Qpf = Q[failed], _take_rows(Qp, failed)
-                cs, ci = _candidates(Qpf, refs, ids[failed], c_retry, exclude_self, minima)
-                f_scores, f_index, ok = _rerank(Qf, Qpf, cs, ci, refs, metric, k, c_retry, n_ref, ids[failed], exclude_self, plan,
-                                                low_factor=3.0 if minima else 1.0)
-                settled = failed[ok]
-                scores[settled], index[settled] = f_scores[ok], f_index[ok]
-                failed = failed[~ok]
+                # more candidates per row: fewer rows at a time, so the tile stays in budget
+                step = max(1, plan.budget_bytes // tile_bytes(1, plan.ref_rows, d, c_retry, Q.element_size()))
+                still_failed = []
+                for s0 in range(0, failed.numel(), step):
+                    rows = failed[s0 : s0 + step]
+                    Qf, Qpf = Q[rows], _take_rows(Qp, rows)
+                    cs, ci = _candidates(Qpf, refs, ids[rows], c_retry, exclude_self, minima)
+                    f_scores, f_index, ok = _rerank(Qf, Qpf, cs, ci, refs, metric, k, c_retry, n_ref, ids[rows], exclude_self,
+                                                    plan, low_factor=3.0 if minima else 1.0)
+                    settled = rows[ok]
+                    scores[settled], index[settled] = f_scores[ok], f_index[ok]
+                    still_failed.append(rows[~ok])
+                failed = torch.cat(still_failed)
             if failed.numel():
                 n_fallback += failed.numel()
                 f_scores, f_index = _exact_scan(Q[failed], ids[failed], refs, metric, k, exclude_self, plan.budget_bytes)
