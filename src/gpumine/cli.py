@@ -69,8 +69,6 @@ def _run_knn(args) -> int:
         task = "classify" if label_column is not None else "neighbors"
     if task in ("classify", "regress") and label_column is None:
         raise UsageError(f"--task {task} needs --label-column to say which TRAIN column holds the target")
-    if task == "neighbors" and label_column is not None and args.task == "neighbors":
-        pass  # labels are read and ignored
     train = _read(args.train, label_column, args.header)
     X_train, y_train = train if label_column is not None else (train, None)
     y_query = None

@@ -60,6 +60,7 @@ plus ``max_bins`` (or ``history_size``) points.
 
 from __future__ import annotations
 
+import abc
 import json
 import math
 import numbers
@@ -113,7 +114,7 @@ def _check_float(value, name: str, low: float, high: float, *, low_open: bool, h
     return value
 
 
-class _WindowedLOF:
+class _WindowedLOF(abc.ABC):
     """Windowing, buffering, scoring and thresholds shared by the two detectors."""
 
     def __init__(self, n_neighbors, window_size, *, threshold, metric, p, duplicates, device, backend, working_memory):
@@ -167,16 +168,17 @@ class _WindowedLOF:
         shown = ", ".join(f"{k}={v!r}" for k, v in self._params().items())
         return f"{type(self).__name__}({shown})"
 
+    @abc.abstractmethod
     def _reference_points(self) -> torch.Tensor:
         """Points standing for the past, (m, d) on the device, in the detector's dtype."""
-        raise NotImplementedError
 
     def _reference_lrd(self, natural_lrd: torch.Tensor) -> torch.Tensor:
         """lrd of the reference points given their lrd computed as real points."""
         return natural_lrd
 
+    @abc.abstractmethod
     def _learn_window(self, X: torch.Tensor) -> None:
-        raise NotImplementedError
+        """Fold a scored window into the state (the summary or the history)."""
 
     @property
     def threshold_(self) -> float:
@@ -378,11 +380,13 @@ class _WindowedLOF:
         return to_output(self._score_rows(rows).to(self.dtype_), kind)
 
     # -- state -------------------------------------------------------------------------------
+    @abc.abstractmethod
     def _state_arrays(self) -> dict:
-        raise NotImplementedError
+        """The subclass's state as named arrays, for ``save``."""
 
+    @abc.abstractmethod
     def _load_arrays(self, arrays: dict) -> None:
-        raise NotImplementedError
+        """Restore what ``_state_arrays`` wrote."""
 
     def save(self, path) -> Path:
         """Write the detector's state to ``path`` atomically (an ``.npz`` of arrays plus JSON; no pickle).
