@@ -192,13 +192,20 @@ def _tile_candidates(S: torch.Tensor, c: int):
     body = n_groups * _GROUP
     minima = S[:, :body].view(q, _GROUP, n_groups).amin(1)
     _, groups = _tile_candidates(minima, c)
-    members = torch.arange(_GROUP, device=S.device) * n_groups
-    cols = (groups[:, :, None] + members).reshape(q, -1)
-    if body < r:
-        tail = torch.arange(body, r, device=S.device).expand(q, r - body)
-        cols = torch.cat([cols, tail], dim=1)
+    cols = _group_columns(groups, n_groups, r)
     values, pos = torch.topk(S.gather(1, cols), c, dim=1, largest=False, sorted=False)
     return values, cols.gather(1, pos)
+
+
+def _group_columns(groups: torch.Tensor, n_groups: int, r: int) -> torch.Tensor:
+    """Tile columns of the chosen strided groups, plus the tail columns no group covers."""
+    q = groups.shape[0]
+    members = torch.arange(_GROUP, device=groups.device) * n_groups
+    cols = (groups[:, :, None] + members).reshape(q, -1)
+    body = n_groups * _GROUP
+    if body < r:
+        cols = torch.cat([cols, torch.arange(body, r, device=groups.device).expand(q, r - body)], dim=1)
+    return cols
 
 
 def _tile_candidates_from_minima(Q: torch.Tensor, R: torch.Tensor, c: int, self_cols: torch.Tensor | None):
@@ -211,15 +218,11 @@ def _tile_candidates_from_minima(Q: torch.Tensor, R: torch.Tensor, c: int, self_
     The own column of a query (``self_cols``, tile-relative) may be a group's
     minimum, so one group more is taken when it is excluded.
     """
-    q, r = Q.shape[0], R.shape[0]
+    r = R.shape[0]
     n_groups = r // _GROUP
     minima = group_minima(Q, R)
     _, groups = _tile_candidates(minima, min(n_groups, c + (self_cols is not None)))
-    members = torch.arange(_GROUP, device=Q.device) * n_groups
-    cols = (groups[:, :, None] + members).reshape(q, -1)
-    body = n_groups * _GROUP
-    if body < r:
-        cols = torch.cat([cols, torch.arange(body, r, device=Q.device).expand(q, r - body)], dim=1)
+    cols = _group_columns(groups, n_groups, r)
     # feature by feature, so nothing of size (queries x candidates x features) is built
     R_by_feature = R.T.contiguous()
     values = torch.zeros(cols.shape, dtype=Q.dtype, device=Q.device)
