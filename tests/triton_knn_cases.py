@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from gpumine.core.distance import get_metric
-from gpumine.core.triton.group_minima import group_minima, group_minima_torch
 from gpumine.core.triton.knn import fused_candidates
 from gpumine.neighbors import kneighbors
 from gpumine.neighbors._engine import knn_search
@@ -89,7 +88,7 @@ def test_float64_or_large_k_is_refused_explicitly_and_falls_back_on_auto():
     with pytest.raises(ValueError, match="float64"):
         kneighbors(X.astype(np.float64), k=3, device=DEVICE, backend="triton")
     with pytest.raises(ValueError, match="register budget"):
-        kneighbors(X, k=200, metric="manhattan", device=DEVICE, backend="triton")
+        kneighbors(X, k=290, metric="manhattan", device=DEVICE, backend="triton")
     if DEVICE == "cuda":
         stats = {}
         t = torch.from_numpy(X)
@@ -98,25 +97,36 @@ def test_float64_or_large_k_is_refused_explicitly_and_falls_back_on_auto():
         assert stats["backend"] == "torch"
 
 
-@pytest.mark.parametrize("shape", [(37, 203, 9), (1, 8, 1), (16, 130, 66)] if not ON_GPU else [(300, 2003, 9), (1, 8, 1), (129, 1030, 66)])
-def test_group_minima_equal_the_torch_twin(shape):
-    q, r, K = shape
-    Q = torch.from_numpy(_data("random", q, K, 6)).to(DEVICE)
-    R = torch.from_numpy(_data("random", r, K, 7)).to(DEVICE)
-    got = group_minima(Q, R, block_m=16, block_n=16)
-    torch.testing.assert_close(got, group_minima_torch(Q, R), rtol=1e-5, atol=1e-5)
-
-
 @pytest.mark.parametrize("kind", ["random", "duplicates", "integer"])
 @pytest.mark.parametrize("metric", ["euclidean", "cosine"])
-def test_minima_path_search_equals_torch_twin(kind, metric):
-    # more than 2048 references per tile, so the group-minima kernel runs
-    X = _data(kind, 2100 * (4 if ON_GPU else 1), 3, 8)
-    Q = X[: 40 * SCALE]
-    for k in (1, 9, 300 if ON_GPU else 30):
+def test_search_over_many_references_equals_torch_twin(kind, metric):
+    # more references than one program's tile step, and k up to the register budget
+    X = _data(kind, 8400 if ON_GPU else 600, 3, 8)
+    Q = X[: 40 * SCALE if ON_GPU else 16]
+    for k in (1, 9, 200) if ON_GPU else (1, 30):
         fused = kneighbors(X, Q, k, metric=metric, device=DEVICE, backend="triton")
         twin = kneighbors(X, Q, k, metric=metric, device=DEVICE, backend="torch")
         np.testing.assert_array_equal(fused[1], twin[1])
         np.testing.assert_array_equal(fused[0], twin[0])
-    own = kneighbors(X, None, 5, metric=metric, device=DEVICE, backend="triton", working_memory=4)
-    assert_knn_matches(*own, X, X, 5, metric, exclude_self=True)
+    if ON_GPU:
+        own = kneighbors(X, None, 5, metric=metric, device=DEVICE, backend="triton", working_memory=4)
+        assert_knn_matches(*own, X, X, 5, metric, exclude_self=True)
+
+
+@pytest.mark.parametrize("d", [1, 17, 65])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_prepared_l2_rows_and_reference_splits(d, splits):
+    # prepared L2 rows are scored by tl.dot, raw rows by direct differences; splits merge per-split lists
+    n_q, n_r = 21 * SCALE, 150 * SCALE
+    m = get_metric("euclidean")
+    Q = torch.from_numpy(_data("random", n_q, d, 9)).to(DEVICE)
+    R = torch.from_numpy(_data("random", n_r, d, 10)).to(DEVICE)
+    centre = m.centre(R)
+    Qp, Rp = m.prepare(Q, centre, "query"), m.prepare(R, centre, "ref")
+    scores = Qp["rows"] @ Rp["rows"].T
+    v, i = fused_candidates(Qp["rows"], Rp["rows"], 8, metric_name="euclidean", prepared=True, splits=splits, **BLOCKS)
+    torch.testing.assert_close(v, torch.sort(scores, dim=1).values[:, :8], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(scores.gather(1, i), v, rtol=1e-4, atol=1e-4)
+    raw_v, raw_i = fused_candidates(Q, R, 8, metric_name="euclidean", splits=splits, **BLOCKS)
+    exact = m.exact_scores(Q, R.unsqueeze(0))
+    torch.testing.assert_close(raw_v, torch.sort(exact, dim=1).values[:, :8], rtol=1e-5, atol=1e-5)

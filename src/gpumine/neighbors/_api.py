@@ -52,11 +52,11 @@ def kneighbors(
     device : {"auto", "cpu", "cuda", "cuda:N"} or None
         Where to compute (``None``: the configured default, see :mod:`gpumine.config`).
     backend : {"auto", "torch", "triton"} or None
-        ``"triton"`` runs the first selection stage in Triton kernels (float32;
-        euclidean, sqeuclidean, cosine and inner product through a group-minima
-        kernel for any k; manhattan through a fused kernel for k up to about
-        100). Both backends give identical results; ``"auto"`` uses torch for
-        kNN while it measures faster (see ``AUTO_PREFERS_FUSED``).
+        ``"triton"`` runs the candidate phase as one fused Triton kernel
+        (float32; euclidean, sqeuclidean, cosine, inner product and manhattan;
+        k up to 255). Both backends give identical results; ``"auto"`` takes
+        the kernel on CUDA where it measured faster (large searches at up to
+        31 features, see ``gpumine.neighbors._engine.auto_prefers_fused``).
     working_memory : float, optional
         MiB allowed for one tile's temporaries.
     verbose : int, optional

@@ -30,7 +30,6 @@ from ..config import get_config, resolve_backend
 from ..core.distance import Metric
 from ..core.select import PAD_INDEX, merge_topk, topk_by_score_then_index, topk_smallest
 from ..core.tiles import TilePlan, fits_on_device, iter_row_chunks, plan_tiles, tile_bytes
-from ..core.triton.group_minima import group_minima
 from ..core.triton.knn import FUSED_METRICS, MAX_FUSED_CANDIDATES, fused_candidates
 
 __all__ = ["knn_search", "candidate_count", "fused_unsupported", "choose_backend"]
@@ -45,43 +44,54 @@ _FUSED_QUERY_ROWS = 1 << 18
 
 
 def fused_candidate_count(k: int, n_ref: int) -> int:
-    """The fused kernel keeps a power of two of candidates, at least k + max(4, k/4).
+    """The fused kernel keeps a power of two of candidates, at least k + 1.
 
-    A smaller margin than the torch path's: every candidate costs the kernel
-    registers and insertions, and an uncertified row is still answered exactly.
+    A smaller margin than the torch path's: every kept candidate costs the
+    kernel registers and insertions, the (k+1)-th best is enough for the
+    certificate on continuous data, and an uncertified row is still answered
+    exactly by the retry.
     """
-    return max(2, 1 << (min(n_ref, k + max(4, k // 4)) - 1).bit_length())
+    return max(2, 1 << (min(n_ref, k + 1) - 1).bit_length())
 
 
 def fused_unsupported(metric: Metric, dtype: torch.dtype, k: int, n_ref: int) -> str | None:
-    """Why the Triton kernels cannot run a search, or None when they can.
-
-    Matrix-product metrics (euclidean, sqeuclidean, cosine, inner product) use
-    the group-minima kernel, which works for any k; manhattan uses the fused
-    insertion kernel, whose candidate list lives in registers.
-    """
+    """Why the fused Triton kernel cannot run a search, or None when it can."""
     if metric.name not in FUSED_METRICS:
         return f"metric {metric.name!r} has no Triton kernel (supported: {', '.join(sorted(FUSED_METRICS))})"
     if dtype != torch.float32:
         return "the Triton kernels compute in float32 and the data is float64"
-    if not metric.uses_matmul and fused_candidate_count(k, n_ref) > MAX_FUSED_CANDIDATES:
+    if fused_candidate_count(k, n_ref) > MAX_FUSED_CANDIDATES:
         return f"k={k} needs more candidates than the kernel's register budget ({MAX_FUSED_CANDIDATES}); larger k runs on the torch selection"
     return None
 
 
-# Whether backend="auto" takes the fused kernel where it applies. Chosen by
-# measurement (BENCHMARKS.md): while the kernel is slower than the torch
-# path on the benchmark rows, "auto" stays on torch and "triton" is opt-in.
-AUTO_PREFERS_FUSED = False
+# Where backend="auto" takes the fused kernel, by measurement on an H200 (BENCHMARKS.md,
+# 2026-11-21): the tensor-core dot path beat the torch engine 3.5x for all-kNN of
+# 262,144 x 8, 3.4x for 1M x 10 at k = 20 and 1.9x at k = 50, but lost at d = 64 / 65
+# (one 16-wide feature chunk per tl.dot at d <= 15, five at d = 65), and small
+# searches are launch- and compile-bound.
+AUTO_FUSED_METRICS = ("euclidean", "sqeuclidean", "cosine", "inner_product")
+AUTO_FUSED_MAX_FEATURES = 31
+AUTO_FUSED_MIN_PAIRS = 1 << 26
+
+
+def auto_prefers_fused(metric: Metric, dtype: torch.dtype, k: int, n_query: int, n_ref: int, n_features: int) -> bool:
+    """Whether ``backend="auto"`` runs this search on the fused kernel (see ``AUTO_FUSED_*``)."""
+    return (metric.name in AUTO_FUSED_METRICS and n_features <= AUTO_FUSED_MAX_FEATURES
+            and n_query * n_ref >= AUTO_FUSED_MIN_PAIRS and fused_unsupported(metric, dtype, k, n_ref) is None)
 
 
 def choose_backend(backend, device: torch.device, metric: Metric, dtype: torch.dtype, k: int, n_ref: int) -> str:
-    """Resolve ``backend`` for one search (see ``AUTO_PREFERS_FUSED`` for what ``auto`` picks)."""
+    """Resolve ``backend`` for the searches of one call.
+
+    Returns ``"torch"``, ``"triton"``, or ``"auto"`` where the Triton kernel is
+    available and the choice depends on each search's shape, which
+    :func:`knn_search` makes with :func:`auto_prefers_fused`.
+    """
     resolved = resolve_backend(backend, device, has_triton_kernel=True)
     requested = backend if backend is not None else get_config()["backend"]
     if resolved == "triton" and requested == "auto":
-        if not AUTO_PREFERS_FUSED or fused_unsupported(metric, dtype, k, n_ref):
-            return "torch"
+        return "auto"
     return resolved
 
 
@@ -208,32 +218,6 @@ def _group_columns(groups: torch.Tensor, n_groups: int, r: int) -> torch.Tensor:
     return cols
 
 
-def _tile_candidates_from_minima(Q: torch.Tensor, R: torch.Tensor, c: int, self_cols: torch.Tensor | None):
-    """:func:`_tile_candidates` with the first stage (scores reduced to group minima) in one Triton kernel.
-
-    The kernel's minima and the scores recomputed here for the chosen groups are
-    two roundings of the same products (each within the bound B of the exact
-    score). Every excluded column still scores at least the c-th kept value less
-    2B, so the certificate subtracts 3B instead of B on that side (``low_factor``).
-    The own column of a query (``self_cols``, tile-relative) may be a group's
-    minimum, so one group more is taken when it is excluded.
-    """
-    r = R.shape[0]
-    n_groups = r // _GROUP
-    minima = group_minima(Q, R)
-    _, groups = _tile_candidates(minima, min(n_groups, c + (self_cols is not None)))
-    cols = _group_columns(groups, n_groups, r)
-    # feature by feature, so nothing of size (queries x candidates x features) is built
-    R_by_feature = R.T.contiguous()
-    values = torch.zeros(cols.shape, dtype=Q.dtype, device=Q.device)
-    for j in range(R_by_feature.shape[0]):
-        values.addcmul_(R_by_feature[j][cols], Q[:, j : j + 1])
-    if self_cols is not None:
-        values = torch.where(cols == self_cols[:, None], torch.full_like(values, float("inf")), values)
-    values, pos = torch.topk(values, min(c, values.shape[1]), dim=1, largest=False, sorted=False)
-    return values, cols.gather(1, pos)
-
-
 def _keep_best(values, index, new_values, new_index, c):
     """Best ``c`` of two candidate lists by tile score (ties arbitrary: the exact re-rank settles them)."""
     values = torch.cat([values, new_values], dim=1)
@@ -264,7 +248,8 @@ def knn_search(
     to the lower index. ``exclude_self`` drops reference i from query i's list
     (queries are the references). ``stats``, when given, receives counters
     (rows redone by the exact scan, tile plan). ``backend="triton"`` runs the
-    candidate phase as one fused kernel (see :func:`fused_unsupported`).
+    candidate phase as one fused kernel (see :func:`fused_unsupported`);
+    ``"auto"`` (from :func:`choose_backend`) picks it by :func:`auto_prefers_fused`.
     ``as_distance=True`` returns the metric's distances instead of scores.
     Data whose magnitude is near the ends of the float range is scaled by a
     power of two first (exact) and the results scaled back.
@@ -282,20 +267,22 @@ def knn_search(
     if n_query == 0:
         return out_scores, out_index
     c = candidate_count(k, n_ref)
+    if backend == "auto":
+        backend = "triton" if auto_prefers_fused(metric, dtype, k, n_query, n_ref, d) else "torch"
     if backend == "triton":
         reason = fused_unsupported(metric, dtype, k, n_ref)
         if reason:
             raise ValueError(f"backend='triton' cannot run this search: {reason}; use backend='torch' or 'auto'")
-    # matrix-product metrics: torch flow with the group-minima kernel as the first selection
-    # stage; manhattan: the fused insertion kernel for the whole candidate phase
-    minima = backend == "triton" and metric.uses_matmul
-    fused = backend == "triton" and not minima
+    fused = backend == "triton"
     if fused:
         c = fused_candidate_count(k, n_ref)
     plan = plan_tiles(n_query, n_ref, d, c, ref.element_size(), budget_bytes)
     if fused:
-        # the fused kernel keeps only (queries x c) candidates: one block can hold many queries
-        plan = TilePlan(query_rows=min(n_query, _FUSED_QUERY_ROWS), ref_rows=plan.ref_rows, budget_bytes=budget_bytes)
+        # the fused kernel keeps only (queries x c) candidates and no tile: one block holds
+        # many queries, and resident references go to one launch as a whole
+        whole = ref.device == device or fits_on_device(3 * ref.numel() * ref.element_size(), device)
+        plan = TilePlan(query_rows=min(n_query, _FUSED_QUERY_ROWS), ref_rows=n_ref if whole else plan.ref_rows,
+                        budget_bytes=budget_bytes)
     refs = _References(ref, metric, plan.ref_rows, device)
     n_fallback = n_retried = 0
     n_blocks = -(-n_query // plan.query_rows)
@@ -306,9 +293,8 @@ def knn_search(
             if fused:
                 cand_scores, cand_index = _candidates_fused(Q, Qp, refs, q0, c, exclude_self)
             else:
-                cand_scores, cand_index = _candidates(Qp, refs, ids, c, exclude_self, minima)
-            scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, ids, exclude_self, plan,
-                                               low_factor=3.0 if minima else 1.0)
+                cand_scores, cand_index = _candidates(Qp, refs, ids, c, exclude_self)
+            scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, ids, exclude_self, plan)
             failed = (~certified).nonzero().squeeze(1)
             # rows the certificate could not settle (exact ties or duplicates around the
             # k-th place): retry with 8x the candidates, then scan exactly as a last resort
@@ -322,9 +308,8 @@ def knn_search(
                 for s0 in range(0, failed.numel(), step):
                     rows = failed[s0 : s0 + step]
                     Qf, Qpf = Q[rows], _take_rows(Qp, rows)
-                    cs, ci = _candidates(Qpf, refs, ids[rows], c_retry, exclude_self, minima)
-                    f_scores, f_index, ok = _rerank(Qf, Qpf, cs, ci, refs, metric, k, c_retry, n_ref, ids[rows], exclude_self,
-                                                    plan, low_factor=3.0 if minima else 1.0)
+                    cs, ci = _candidates(Qpf, refs, ids[rows], c_retry, exclude_self)
+                    f_scores, f_index, ok = _rerank(Qf, Qpf, cs, ci, refs, metric, k, c_retry, n_ref, ids[rows], exclude_self, plan)
                     settled = rows[ok]
                     scores[settled], index[settled] = f_scores[ok], f_index[ok]
                     still_failed.append(rows[~ok])
@@ -357,18 +342,15 @@ def _take_rows(prepared: dict, rows: torch.Tensor) -> dict:
     return {name: value[rows] for name, value in prepared.items()}
 
 
-def _candidates(Qp: dict, refs: _References, query_ids: torch.Tensor, c: int, exclude_self: bool, minima: bool = False):
+def _candidates(Qp: dict, refs: _References, query_ids: torch.Tensor, c: int, exclude_self: bool):
     q = Qp["rows"].shape[0]
     device = Qp["rows"].device
     values = index = None
     for r0, Rp in refs.prepared_tiles():
-        if minima and Rp["rows"].shape[0] > max(16 * c, 2048):
-            v, pos = _tile_candidates_from_minima(Qp["rows"], Rp["rows"], c, query_ids - r0 if exclude_self else None)
-        else:
-            S = refs.metric.tile_scores(Qp, Rp)
-            if exclude_self:
-                _mask_self(S, query_ids, r0)
-            v, pos = _tile_candidates(S, c)
+        S = refs.metric.tile_scores(Qp, Rp)
+        if exclude_self:
+            _mask_self(S, query_ids, r0)
+        v, pos = _tile_candidates(S, c)
         pos = pos + r0
         values, index = (v, pos) if values is None else _keep_best(values, index, v, pos, c)
     if values.shape[1] < c:  # fewer references than candidates in the first tile: pad
@@ -379,31 +361,29 @@ def _candidates(Qp: dict, refs: _References, query_ids: torch.Tensor, c: int, ex
 
 
 def _candidates_fused(Q, Qp, refs: _References, q0: int, c: int, exclude_self: bool):
-    """The Triton twin of :func:`_candidates` (same contract, one launch per reference tile)."""
-    dot_metric = refs.metric.name in ("cosine", "inner_product")
-    queries = Qp["rows"] if dot_metric else Q
-    tiles = refs.prepared_tiles() if dot_metric else refs.raw_tiles()
+    """The Triton twin of :func:`_candidates` (same contract, one launch per reference tile).
+
+    Manhattan is scored from raw rows by direct differences; L2, cosine and
+    inner product from the prepared rows (one dot product per pair, on data
+    centred by the engine, as the torch path's tiles).
+    """
+    direct = not refs.metric.uses_matmul
+    queries = Q if direct else Qp["rows"]
+    tiles = refs.raw_tiles() if direct else ((r0, R["rows"]) for r0, R in refs.prepared_tiles())
     values = index = None
     for r0, R in tiles:
-        rows = R["rows"] if dot_metric else R
-        v, i = fused_candidates(queries, rows, c, metric_name=refs.metric.name, ref_offset=r0,
+        v, i = fused_candidates(queries, R, c, metric_name=refs.metric.name, prepared=not direct, ref_offset=r0,
                                 exclude_self=exclude_self, self_offset=q0)
         values, index = (v, i) if values is None else _keep_best(values, index, v, i, c)
     return values, index
 
 
-def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids, exclude_self, plan, low_factor=1.0):
-    """Exact scores of the candidates, the best k by (score, index), and which rows are certified.
-
-    ``low_factor`` widens the bound on excluded references when candidates were
-    chosen from a second rounding of the tile scores (the group-minima kernel):
-    see :func:`_tile_candidates_from_minima`.
-    """
+def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids, exclude_self, plan):
+    """Exact scores of the candidates, the best k by (score, index), and which rows are certified."""
     q, d = Q.shape
     kth = torch.topk(cand_scores, k, dim=1, largest=False, sorted=False).values.amax(1)
     cth = cand_scores.amax(1)
     low, high = metric.bounds(Qp, refs.scale, d, Q.device, kth, cth)
-    low = low * low_factor
     # an infinite or NaN largest candidate can only come from overflow (padding means every
     # reference is a candidate, handled below), so it must not certify a row
     certified = cth - low > kth + high

@@ -1,17 +1,23 @@
 """Fused distance + k-selection kernel: the candidate phase of the kNN engine in one launch.
 
-Each program owns ``BLOCK_M`` queries and streams every reference tile of
-``BLOCK_N`` rows through registers: the tile's scores are computed feature by
-feature (direct differences, so no cancellation) and compared with each
-query's current C-th best; only tiles where some query improves go on to the
-insertion step, which moves the tile's smallest keys into the running list one
-at a time (each replacing the row's largest key) for as many rounds as the
-busiest row has hits. The list is sorted once at the end. Scores never reach
-global memory.
+Each program owns ``BLOCK_M`` queries and streams the references through
+registers ``BLOCK_N`` at a time. A tile's scores are computed in registers —
+feature by feature by direct differences for L2/L1 (no cancellation), or as a
+dot product of prepared rows (cosine, inner product, and L2 at high dimension
+on rows centred by the engine) — and never reach global memory.
 
-A (score, column) pair is packed into one int64 key — the float's bits mapped
-to an order-preserving int32, shifted up 32 bits, plus the column — so sorting
-keys orders by score and then by lower index.
+Selection keeps, per query, the ``C`` best (score, column) pairs seen so far in
+registers with their largest score as a threshold. Per tile the common case is
+one row minimum and one compare: only when a row's tile minimum beats its
+threshold is that minimum extracted (arg-min), inserted in place of the row's
+worst entry, removed from the tile, and the next minimum tried — so a tile
+costs one reduction unless it really improves some row. Because references are
+visited in increasing column order and equal scores never displace an earlier
+entry, the kept set is exactly the ``C`` smallest by (score, column).
+
+Small query sets are split over references as well (``splits`` programs per
+query block, each keeping its own ``C`` best) and merged afterwards, so the
+GPU is filled when there are few queries (the 12,000-query physics case).
 
 The torch twin is ``gpumine.neighbors._engine._candidates``: both return, per
 query, ``C`` candidates whose excluded references all score at least the
@@ -30,12 +36,18 @@ except ImportError:  # pragma: no cover - exercised on machines without triton
     triton = None
     tl = None
 
-__all__ = ["fused_candidates", "FUSED_METRICS", "MAX_FUSED_CANDIDATES"]
+from ..select import topk_by_score_then_index
 
-# metric codes the kernel understands; cosine and inner product arrive as prepared
-# rows (unit / negated reference rows) and are scored by a plain dot product
-FUSED_METRICS = {"euclidean": 0, "sqeuclidean": 0, "manhattan": 1, "cosine": 2, "inner_product": 2}
-MAX_FUSED_CANDIDATES = 128  # running lists above this spill registers; larger k uses the torch path
+__all__ = ["fused_candidates", "FUSED_METRICS", "MAX_FUSED_CANDIDATES", "DOT_PRECISION"]
+
+FUSED_METRICS = ("euclidean", "sqeuclidean", "manhattan", "cosine", "inner_product")
+MAX_FUSED_CANDIDATES = 256  # per-query lists live in registers; larger k runs on the torch selection
+# Dot products of prepared rows run on tensor cores as three TF32 products (the
+# operands split into high and low halves): float32-class accuracy, within the
+# engine's error bound 4 (d + 4) u |x| |y|, at several times the FP32-core rate
+DOT_PRECISION = "tf32x3"
+
+_SCORE_L2, _SCORE_L1, _SCORE_DOT = 0, 1, 3
 
 if triton is not None:
 
@@ -53,58 +65,81 @@ if triton is not None:
         return bits.to(tl.float32, bitcast=True)
 
     @triton.jit
-    def _fused_candidates_kernel(
-        QT, RT, OUT_SCORE, OUT_INDEX,
-        n_query, n_ref, ref_offset, self_offset,
-        stride_qt, stride_rt, stride_out,
-        D: tl.constexpr, METRIC: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
-        C: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    ):
-        pid = tl.program_id(0)
-        rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows < n_query
-        INF_KEY: tl.constexpr = (0x7F800000 << 32) + 0xFFFFFFFF
-        # distinct sentinels (score +inf, index field counting down) so "replace the
-        # row's largest key" always hits exactly one slot
-        best = INF_KEY - tl.zeros((BLOCK_M, C), tl.int64) - tl.arange(0, C)[None, :].to(tl.int64)
-        worst = tl.max(best, 1)
-        worst_score = tl.full((BLOCK_M,), float("inf"), tl.float32)
-        for start in range(0, n_ref, BLOCK_N):
-            cols = start + tl.arange(0, BLOCK_N)
-            col_ok = cols < n_ref
-            acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-            for j in range(D):
-                qj = tl.load(QT + j * stride_qt + rows, mask=row_ok, other=0.0)
-                rj = tl.load(RT + j * stride_rt + cols, mask=col_ok, other=0.0)
-                if METRIC == 0:
+    def _tile_scores(Q, R, rows, cols, row_ok, col_ok, stride_q_row, stride_q_feat, stride_r_row, stride_r_feat,
+                     D: tl.constexpr, SCORE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        if SCORE == 3:
+            feats = tl.arange(0, BLOCK_K)
+            for k0 in range(0, D, BLOCK_K):
+                f = k0 + feats
+                f_ok = f < D
+                q = tl.load(Q + rows[:, None] * stride_q_row + f[None, :] * stride_q_feat,
+                            mask=row_ok[:, None] & f_ok[None, :], other=0.0)
+                r = tl.load(R + cols[None, :] * stride_r_row + f[:, None] * stride_r_feat,
+                            mask=col_ok[None, :] & f_ok[:, None], other=0.0)
+                acc += tl.dot(q, r, input_precision=PRECISION)
+        else:
+            for j in tl.static_range(D):
+                qj = tl.load(Q + rows * stride_q_row + j * stride_q_feat, mask=row_ok, other=0.0)
+                rj = tl.load(R + cols * stride_r_row + j * stride_r_feat, mask=col_ok, other=0.0)
+                if SCORE == 0:
                     diff = qj[:, None] - rj[None, :]
                     acc += diff * diff
-                elif METRIC == 1:
-                    acc += tl.abs(qj[:, None] - rj[None, :])
                 else:
-                    acc += qj[:, None] * rj[None, :]
+                    acc += tl.abs(qj[:, None] - rj[None, :])
+        return acc
+
+    @triton.jit
+    def _fused_candidates_kernel(
+        Q, R, OUT_SCORE, OUT_INDEX,
+        n_query, n_ref, refs_per_split, ref_offset, self_offset,
+        stride_q_row, stride_q_feat, stride_r_row, stride_r_feat, stride_out,
+        D: tl.constexpr, SCORE: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
+        C: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
+        pid_m = tl.program_id(0)
+        split = tl.program_id(1)
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_query
+        slots = tl.arange(0, C)
+        lanes = tl.arange(0, BLOCK_N)
+        best = tl.full((BLOCK_M, C), float("inf"), tl.float32)
+        # distinct negative placeholders, so "the worst slot" is always exactly one slot
+        best_col = tl.zeros((BLOCK_M, C), tl.int32) - 1 - slots[None, :]
+        worst = tl.full((BLOCK_M,), float("inf"), tl.float32)
+        first = split * refs_per_split
+        last = tl.minimum(first + refs_per_split, n_ref)
+        for start in range(first, last, BLOCK_N):
+            cols = start + lanes
+            col_ok = cols < last
+            acc = _tile_scores(Q, R, rows, cols, row_ok, col_ok, stride_q_row, stride_q_feat, stride_r_row,
+                               stride_r_feat, D, SCORE, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
             valid = col_ok[None, :] & row_ok[:, None]
             if EXCLUDE_SELF:
                 valid = valid & ((cols[None, :] + ref_offset) != (rows[:, None] + self_offset))
-            # most tiles improve no row: one compare per pair decides (<= keeps equal
-            # scores, whose lower index may still win on the exact key below)
-            hits = valid & (acc <= worst_score[:, None])
-            n_insert = tl.max(tl.sum(hits.to(tl.int32), 1))
-            if n_insert > 0:
-                keys = tl.where(hits, _order_key(acc, cols + ref_offset), INF_KEY)
-                for _ in range(n_insert):
-                    smallest = tl.min(keys, 1)
-                    enters = smallest < worst
-                    replace = (best == worst[:, None]) & enters[:, None]
-                    best = tl.where(replace, smallest[:, None], best)
-                    keys = tl.where(keys == smallest[:, None], INF_KEY, keys)
-                    worst = tl.max(best, 1)
-                worst_score = _key_score(worst)
-        best = tl.sort(best, 1)
-        scores = _key_score(best)
-        index = (best & 0xFFFFFFFF).to(tl.int64)
-        index = tl.where(scores == float("inf"), -1, index)
-        out = rows[:, None] * stride_out + tl.arange(0, C)[None, :]
+            acc = tl.where(valid, acc, float("inf"))
+            # the common case: no row's tile minimum beats its threshold, one reduction
+            improves = tl.max((tl.min(acc, 1) < worst).to(tl.int32), 0)
+            while improves > 0:
+                low, low_lane = tl.min(acc, 1, return_indices=True)  # ties: the lower column
+                enters = low < worst
+                # the entry to replace: the worst score, and among equal worst scores the
+                # highest column (every earlier column is lower than this tile's)
+                evict = tl.argmax(tl.where(best == worst[:, None], best_col, -(1 << 30)), 1)
+                put = (slots[None, :] == evict[:, None]) & enters[:, None]
+                best = tl.where(put, low[:, None], best)
+                best_col = tl.where(put, (start + low_lane)[:, None], best_col)
+                worst = tl.max(best, 1)
+                acc = tl.where(lanes[None, :] == low_lane[:, None], float("inf"), acc)
+                improves = tl.max((tl.min(acc, 1) < worst).to(tl.int32), 0)
+        found = best_col >= 0
+        keys = tl.sort(tl.where(found, _order_key(best + 0.0, best_col + ref_offset), 0x7FFFFFFFFFFFFFFF), 1)
+        missing = keys == 0x7FFFFFFFFFFFFFFF
+        scores = tl.where(missing, float("inf"), _key_score(keys))
+        index = tl.where(missing, -1, keys & 0xFFFFFFFF)
+        out = rows[:, None] * stride_out + split * C + slots[None, :]
         tl.store(OUT_SCORE + out, scores, mask=row_ok[:, None])
         tl.store(OUT_INDEX + out, index, mask=row_ok[:, None])
 
@@ -113,25 +148,50 @@ def _next_pow2(x: int) -> int:
     return 1 << max(0, (int(x) - 1).bit_length())
 
 
+def _score_kind(metric_name: str, prepared: bool, d: int) -> int:
+    if metric_name == "manhattan":
+        return _SCORE_L1
+    if metric_name in ("euclidean", "sqeuclidean") and not prepared:
+        return _SCORE_L2
+    return _SCORE_DOT
+
+
+def default_blocks(d: int, C: int, score: int) -> tuple[int, int, int]:
+    """(block_m, block_n, num_warps) for a shape class: measured on an H200 (BENCHMARKS.md).
+
+    Direct scoring: 32 x 32 tiles measured fastest for all-kNN of 262,144 x 8
+    (0.14 s; 64 x 64 took 0.43 s and 128 x 128 3.8 s, the selection's registers
+    spilling).
+    """
+    if score == _SCORE_DOT:
+        return (64, 64, 4) if C <= 64 else (32, 64, 4)
+    return (32, 32, 4) if C <= 64 else (16, 32, 4)
+
+
 def fused_candidates(
     Q: torch.Tensor,
     R: torch.Tensor,
     c: int,
     *,
     metric_name: str,
+    prepared: bool = False,
     ref_offset: int = 0,
     exclude_self: bool = False,
     self_offset: int = 0,
-    block_m: int = 64,
-    block_n: int = 64,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    splits: int | None = None,
+    precision: str | None = None,
 ):
     """Best ``C >= c`` candidates of every query among the rows of ``R``, in one launch.
 
     Parameters
     ----------
     Q, R : float32 tensors (n_query, d) and (n_ref, d) on the same device
-        Raw rows for L2/L1; prepared rows (unit, or negated reference rows) for
-        cosine/inner product, whose score is the plain dot product.
+        Raw rows for L2/L1 (scored by direct differences), or prepared rows
+        (``prepared=True`` for L2; always for cosine/inner product) whose score
+        is their plain dot product (see ``gpumine.core.distance.Metric.prepare``).
     c : int
         Candidates wanted; rounded up to a power of two ``C`` (at most
         ``MAX_FUSED_CANDIDATES``).
@@ -140,6 +200,12 @@ def fused_candidates(
     exclude_self : bool
         Skip the pair (query ``i``, reference ``j``) when
         ``i + self_offset == j + ref_offset``.
+    block_m, block_n, num_warps, splits : int, optional
+        Launch shape; by default from :func:`default_blocks`, and ``splits``
+        so that small query sets still give every SM work.
+    precision : {"tf32x3", "ieee"}, optional
+        How prepared rows' dot products are computed (default ``DOT_PRECISION``);
+        both are float32-accurate.
 
     Returns
     -------
@@ -158,24 +224,40 @@ def fused_candidates(
     if C > MAX_FUSED_CANDIDATES:
         raise ValueError(f"c={c} exceeds the fused kernel's register budget ({MAX_FUSED_CANDIDATES}); use backend='torch'")
     n_query, d = Q.shape
-    block_n = max(block_n, C)
-    # feature-major copies make each feature's column a contiguous, coalesced load
-    QT = Q.T.contiguous()
-    RT = R.T.contiguous()
-    # with d == 1 the transpose is a view of the caller's (possibly NumPy-backed) memory;
-    # the kernel only reads it, but the CPU interpreter insists on resizable storage
-    QT = QT.clone() if QT.data_ptr() == Q.data_ptr() else QT
-    RT = RT.clone() if RT.data_ptr() == R.data_ptr() else RT
-    scores = torch.empty((n_query, C), dtype=torch.float32, device=Q.device)
-    index = torch.empty((n_query, C), dtype=torch.int64, device=Q.device)
+    n_ref = R.shape[0]
+    score = _score_kind(metric_name, prepared, d)
+    bm, bn, warps = default_blocks(d, C, score)
+    block_m, block_n, num_warps = block_m or bm, block_n or bn, num_warps or warps
+    if score == _SCORE_DOT:
+        block_m, block_n = max(block_m, 16), max(block_n, 16)  # tl.dot's smallest tile
+        Q, R = Q.contiguous(), R.contiguous()  # row-major: a tile is a (rows x features) block
+        q_strides, r_strides = (Q.stride(0), 1), (R.stride(0), 1)
+    else:
+        # feature-major copies make each feature's column a contiguous, coalesced load
+        QT, RT = Q.T.contiguous(), R.T.contiguous()
+        # with d == 1 the transpose is a view of the caller's (possibly NumPy-backed)
+        # memory; the kernel only reads it, but the CPU interpreter wants resizable storage
+        Q = QT.clone() if QT.data_ptr() == Q.data_ptr() else QT
+        R = RT.clone() if RT.data_ptr() == R.data_ptr() else RT
+        q_strides, r_strides = (1, Q.stride(0)), (1, R.stride(0))
+    q_blocks = triton.cdiv(max(n_query, 1), block_m)
+    if splits is None:
+        sms = torch.cuda.get_device_properties(Q.device).multi_processor_count if Q.is_cuda else 1
+        # about four programs per SM, never a split shorter than a few tiles
+        splits = max(1, min(4 * sms // q_blocks, n_ref // (8 * block_n)))
+    refs_per_split = block_n * triton.cdiv(triton.cdiv(max(n_ref, 1), splits), block_n)
+    splits = triton.cdiv(max(n_ref, 1), refs_per_split)
+    scores = torch.empty((n_query, splits * C), dtype=torch.float32, device=Q.device)
+    index = torch.empty((n_query, splits * C), dtype=torch.int64, device=Q.device)
     if n_query == 0:
-        return scores, index
-    grid = (triton.cdiv(n_query, block_m),)
-    _fused_candidates_kernel[grid](
-        QT, RT, scores, index,
-        n_query, R.shape[0], ref_offset, self_offset,
-        QT.stride(0), RT.stride(0), scores.stride(0),
-        D=d, METRIC=FUSED_METRICS[metric_name], EXCLUDE_SELF=exclude_self,
-        C=C, BLOCK_M=block_m, BLOCK_N=block_n,
+        return scores[:, :C], index[:, :C]
+    _fused_candidates_kernel[(q_blocks, splits)](
+        Q, R, scores, index,
+        n_query, n_ref, refs_per_split, ref_offset, self_offset,
+        *q_strides, *r_strides, scores.stride(0),
+        D=d, SCORE=score, EXCLUDE_SELF=exclude_self,
+        C=C, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=16, PRECISION=precision or DOT_PRECISION, num_warps=num_warps,
     )
+    if splits > 1:
+        scores, index = topk_by_score_then_index(scores, index, C)
     return scores, index
