@@ -259,6 +259,52 @@ def test_small_working_memory_and_random_state_do_not_change_the_answer():
     assert not np.array_equal(np.sort(other_seed.solving_set), np.sort(reference.solving_set))
 
 
+def _split_by_iteration(res):
+    """The solving set cut into the candidate batches of successive iterations."""
+    sizes = [t["candidates"] for t in res.stats["trace"]]
+    return np.split(np.asarray(res.solving_set), np.cumsum(sizes)[:-1])
+
+
+def first_divergence(a, b) -> str:
+    """Where two SolvingSet runs on the same data part ways (for failure messages)."""
+    for i, (ta, tb, ca, cb) in enumerate(zip(a.stats["trace"], b.stats["trace"], _split_by_iteration(a),
+                                             _split_by_iteration(b))):
+        if ta != tb or not np.array_equal(ca, cb):
+            return (f"iteration {i + 1}: trace {ta} vs {tb}; candidates differ: "
+                    f"{np.setdiff1d(ca, cb)[:10].tolist()} vs {np.setdiff1d(cb, ca)[:10].tolist()}")
+    return f"no divergence in {min(a.iterations, b.iterations)} common iteration(s); iterations {a.iterations} vs {b.iterations}"
+
+
+def test_solving_set_is_independent_of_tie_order_and_tiles(monkeypatch):
+    """On an integer grid (masses of tied distances and tied upper bounds) the solving set depends
+    neither on how torch.topk orders equal values (which differs between CPU and CUDA kernels) nor
+    on the tile width (working memory): candidates are chosen by (upper bound, lower index) and the
+    arithmetic is exact. Only the count of distances depends on the tiles (a candidate's liveness is
+    re-checked once per tile of inactive points)."""
+    X = _data("integers", n=800, seed=15)
+    reference = top_n_outliers(X, 10, 12, n_candidates=64, **CPU)
+    tiles = top_n_outliers(X, 10, 12, n_candidates=64, working_memory=0.05, **CPU)
+    np.testing.assert_array_equal(tiles.solving_set, reference.solving_set, err_msg=first_divergence(tiles, reference))
+    real_topk = torch.topk
+    g = torch.Generator().manual_seed(0)
+
+    def topk_with_shuffled_ties(x, k, dim=-1, largest=True, sorted=True):
+        # the same k values, but equal values come back in a random order of their columns
+        if x.dim() != 2 or dim not in (1, -1) or x.shape[1] == 0:
+            return real_topk(x, k, dim=dim, largest=largest, sorted=sorted)
+        perm = torch.randperm(x.shape[1], generator=g).to(x.device)
+        values, cols = real_topk(x.index_select(1, perm), k, dim=1, largest=largest, sorted=sorted)
+        return torch.return_types.topk((values, perm[cols]))
+
+    monkeypatch.setattr(torch, "topk", topk_with_shuffled_ties)
+    shuffled = top_n_outliers(X, 10, 12, n_candidates=64, **CPU)
+    np.testing.assert_array_equal(shuffled.solving_set, reference.solving_set,
+                                  err_msg=first_divergence(shuffled, reference))
+    assert shuffled.distances_computed == reference.distances_computed
+    np.testing.assert_array_equal(shuffled.indices, reference.indices)
+    np.testing.assert_array_equal(shuffled.weights, reference.weights)
+
+
 def test_inexact_tiles_are_certified_and_recomputed():
     """Float data goes through the float64 product + canonical re-rank; a point with more exact
     duplicates than the candidate margin cannot be certified and is recomputed in full."""
@@ -398,8 +444,10 @@ def test_gpu_equals_cpu_bit_for_bit(name, method):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU on this machine (run the gpu tier on the device machine)")
     X = _data(name, n=3000)
-    cpu = top_n_outliers(X, 10, 12, method=method, n_candidates=128, **CPU)
-    gpu = top_n_outliers(X, 10, 12, method=method, n_candidates=128, device="cuda")
+    # the same tile width on both (the default working memory differs by device, and with it the
+    # count of distances: see test_solving_set_is_independent_of_tie_order_and_tiles)
+    cpu = top_n_outliers(X, 10, 12, method=method, n_candidates=128, working_memory=16, **CPU)
+    gpu = top_n_outliers(X, 10, 12, method=method, n_candidates=128, working_memory=16, device="cuda")
     np.testing.assert_array_equal(gpu.indices, cpu.indices)
     if method == "solving_set":  # canonical float64 element-wise arithmetic: the same bits on every device
         np.testing.assert_array_equal(gpu.weights, cpu.weights)
@@ -407,10 +455,12 @@ def test_gpu_equals_cpu_bit_for_bit(name, method):
         np.testing.assert_allclose(gpu.weights, cpu.weights, rtol=1e-6)
     assert_top_matches_oracle(gpu, oracle_weights(X, 12), 10, rtol=1e-10 if method == "solving_set" else 1e-6)
     if method == "solving_set" and name != "integers":
-        # On the integer grid the GPU run (H200, 2026-11-21) chose a different solving set than the
-        # CPU one, with the same top-n and weights; the cause (candidate choice among tied upper
-        # bounds) is not pinned down yet, so only the answer is compared there.
-        np.testing.assert_array_equal(gpu.solving_set, cpu.solving_set)
+        # Not on the integer grid: on an H200 (2026-11-21, twice, the same working memory on both
+        # devices) the upper bounds of 588 of 3,000 points differed from the CPU's in their last
+        # bits from iteration 3 on, so a different (valid) solving set was chosen; top-n and
+        # weights were bit-identical. Tie order and tile width are ruled out on the CPU
+        # (test_solving_set_is_independent_of_tie_order_and_tiles); the cause is not found.
+        np.testing.assert_array_equal(gpu.solving_set, cpu.solving_set, err_msg=first_divergence(gpu, cpu))
         assert gpu.distances_computed == cpu.distances_computed
     tensor = top_n_outliers(torch.from_numpy(X).cuda(), 10, 12, method=method, device="cuda")
     assert tensor.indices.is_cuda and tensor.weights.is_cuda

@@ -8,8 +8,15 @@ sets and times in one run
 * ``ss-cpu``  — the same SolvingSet code on the CPU (the paper's CPU-SS; stopped at ``--cpu-cap``);
 * ``sklearn`` — scikit-learn ``NearestNeighbors(algorithm="kd_tree", n_jobs=-1)`` all-kNN and the
   sums (what PyOD's ``KNN`` runs), in float64: also the **reference** the top-n is checked against;
-* ``pyod``    — PyOD ``KNN(method="mean", algorithm="kd_tree", n_jobs=-1)`` (weights = scores x k),
-  when PyOD is installed.
+* ``pyod``    — PyOD ``KNN(method="mean", n_neighbors=k, n_jobs=-1)`` (its default algorithm, which
+  is scikit-learn's KD-tree on these data; weights = scores x k), when PyOD is installed (numba,
+  which PyOD's package ``__init__`` imports but ``KNN`` does not use, need not be: see
+  :func:`import_pyod_knn`).
+
+Peers run in a spawned, non-daemonic child process on every host core (joblib gives a daemonic
+process one worker) and write every point's weight; the harness checks them against gpumine
+BruteForce's weights on all points (``weights_vs_bf``: the max relative difference; PyOD rows also
+against scikit-learn's, ``weights_vs_sklearn``), all self-excluded.
 
 Data sets (``--datasets``):
 
@@ -38,6 +45,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import multiprocessing
 import queue as queue_module
 import statistics
@@ -136,30 +144,84 @@ def _top_n(weights: np.ndarray, n: int):
     return order, weights[order]
 
 
-def _peer_worker(impl: str, path: str, k: int, n_out: int, result_queue) -> None:
+def import_pyod_knn():
+    """``(KNN class, how)``: PyOD's ``KNN``, also where PyOD's optional ``numba`` is missing.
+
+    ``import pyod`` runs ``pyod/__init__.py`` and ``pyod/utils/__init__.py``, which import
+    ``pyod.utils.stat_models`` and so numba (a dependency of a few other detectors; ``KNN`` runs no
+    numba code: it is scikit-learn's ``NearestNeighbors`` and NumPy). When numba is not installed
+    (PyOD installed from its wheel without dependencies, as on the GPU host), the two package
+    modules are registered without running their ``__init__`` files and ``pyod.models.knn`` is
+    imported as shipped: the same ``KNN`` code runs. ``how`` says which import was used. Raises
+    ``ImportError`` when PyOD itself is not installed.
+    """
+    import sys
+    import types
+
+    try:
+        from pyod.models.knn import KNN
+
+        return KNN, "import pyod.models.knn"
+    except ModuleNotFoundError as exc:
+        if exc.name != "numba":
+            raise
+    for name in [m for m in sys.modules if m == "pyod" or m.startswith("pyod.")]:
+        del sys.modules[name]  # the half-imported package
+    spec = importlib.util.find_spec("pyod")
+    root = Path(spec.submodule_search_locations[0])
+    for package in ("pyod", "pyod.utils"):
+        folder = root.joinpath(*package.split(".")[1:])
+        module = types.ModuleType(package)
+        module.__path__ = [str(folder)]
+        module.__package__ = package
+        module.__file__ = str(folder / "__init__.py")
+        sys.modules[package] = module
+    from pyod.models.knn import KNN
+
+    return KNN, ("numba is not installed: pyod.models.knn imported without running pyod/__init__.py and "
+                 "pyod/utils/__init__.py (which import numba for other detectors; KNN uses none of it)")
+
+
+def _peer_worker(impl: str, path: str, k: int, n_out: int, result_queue, weights_path: str | None = None) -> None:
     try:
         X = np.load(path, mmap_mode="r").astype(np.float64)
+        extra = {}
+        # imports before the clock starts
+        if impl == "pyod":
+            KNN, how = import_pyod_knn()
+            extra["import"] = how
+        else:
+            from sklearn.neighbors import NearestNeighbors
+        from joblib import effective_n_jobs
+
+        extra["n_jobs"] = effective_n_jobs(-1)  # the workers n_jobs=-1 gets in this process (1 in a daemon)
         start = time.perf_counter()
         if impl == "sklearn":
-            from sklearn.neighbors import NearestNeighbors
-
+            # every point's k nearest *other* points (kneighbors() without X excludes the point itself)
             dist, _ = NearestNeighbors(n_neighbors=k, algorithm="kd_tree", n_jobs=-1).fit(X).kneighbors()
             weights = dist.sum(1)
         else:
-            from pyod.models.knn import KNN
-
-            weights = KNN(n_neighbors=k, method="mean", algorithm="kd_tree", n_jobs=-1).fit(X).decision_scores_ * k
+            # PyOD's KNN as its users call it (its default algorithm, "auto"), on every core; the
+            # score with method="mean" is the mean distance to the k nearest other points
+            knn = KNN(n_neighbors=k, method="mean", n_jobs=-1).fit(X)
+            weights = knn.decision_scores_ * k
+            extra["algorithm"] = getattr(knn.neigh_, "_fit_method", None)
         seconds = time.perf_counter() - start
-        idx, w = _top_n(np.asarray(weights, dtype=np.float64), n_out)
-        result_queue.put({"seconds": seconds, "indices": idx.tolist(), "weights": w.tolist()})
+        weights = np.asarray(weights, dtype=np.float64)
+        if weights_path is not None:
+            np.save(weights_path, weights)
+        idx, w = _top_n(weights, n_out)
+        result_queue.put({"seconds": seconds, "indices": idx.tolist(), "weights": w.tolist(), **extra})
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         result_queue.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
-def _run_peer(impl: str, data_file: str, k: int, n_out: int, cap: float) -> dict:
+def _run_peer(impl: str, data_file: str, k: int, n_out: int, cap: float, weights_path: str | None = None) -> dict:
     ctx = multiprocessing.get_context("spawn")
     result_queue = ctx.Queue()
-    proc = ctx.Process(target=_peer_worker, args=(impl, data_file, k, n_out, result_queue), daemon=True)
+    # not a daemon: joblib refuses to parallelise inside a daemonic process (it warns and sets
+    # n_jobs=1), which would time the peers on one core; the parent terminates it past the cap
+    proc = ctx.Process(target=_peer_worker, args=(impl, data_file, k, n_out, result_queue, weights_path), daemon=False)
     proc.start()
     try:
         # the child's own clock excludes its start-up (imports); allow for that beyond the cap
@@ -173,6 +235,17 @@ def _run_peer(impl: str, data_file: str, k: int, n_out: int, cap: float) -> dict
     if result.get("seconds") is not None and result["seconds"] > cap:
         result = {"error": None, "timeout": cap}
     return result
+
+
+def max_relative_difference(a: np.ndarray, b: np.ndarray) -> float:
+    """``max |a - b| / max(|b|, tiny)`` over all entries (0.0 for two empty arrays)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return math.inf
+    if a.size == 0:
+        return 0.0
+    scale = np.maximum(np.abs(b), np.finfo(np.float64).tiny)
+    return float(np.max(np.abs(a - b) / scale))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,6 +278,9 @@ class OutlierBench:
                          n_candidates=args.candidates, cpu_cap=args.cpu_cap, peer_cap=args.peer_cap,
                          bf_cap=args.bf_cap, data_dir=str(args.data_dir) if args.data_dir else None, notes=[])
         self._tmp = tempfile.TemporaryDirectory(prefix="gpumine-bench-outliers-")
+        # every point's weight per (dataset, n, k): gpumine brute force's and the peers', to check
+        # PyOD KNN(method="mean") x k == scikit-learn's sums == gpumine's on all points, not just the top n
+        self._all_weights: dict[tuple, dict[str, np.ndarray]] = {}
 
     def log(self, message: str) -> None:
         print(f"[{time.perf_counter() - self.start:7.1f} s] {message}", file=sys.stderr, flush=True)
@@ -220,7 +296,8 @@ class OutlierBench:
             write_text(self.out_md, render_markdown(results))
 
     # -- gpumine rows ------------------------------------------------------------------------------
-    def _gpumine(self, X: np.ndarray, k: int, method: str, device: torch.device, deadline=None, candidates=None):
+    def _gpumine(self, X: np.ndarray, k: int, method: str, device: torch.device, deadline=None, candidates=None,
+                 keep_scores: bool = False):
         from ..outliers._distance_based import check_candidates, run
         from ..outliers._weights import resolve_metric
         from ..config import working_memory_bytes
@@ -240,6 +317,8 @@ class OutlierBench:
                 "fraction": out["distances"] / (n * (n - 1) / 2), "n_candidates": m if method == "solving_set" else None,
                 "solving_set": int(out["solving_set"].numel()) if method == "solving_set" else None,
                 "rows_recomputed": out.get("rows_recomputed"), "engine": out.get("engine")}
+        if keep_scores:  # brute force: every point's exact weight
+            info["scores"] = out["scores"].cpu().numpy()
         del out
         return seconds, idx, w, info
 
@@ -247,7 +326,7 @@ class OutlierBench:
         times, result = [], None
         repeats = self.args.repeats if method == "solving_set" else self.args.bf_repeats
         for _ in range(repeats):
-            seconds, idx, w, info = self._gpumine(X, k, method, device)
+            seconds, idx, w, info = self._gpumine(X, k, method, device, keep_scores=method == "brute_force")
             times.append(seconds)
             result = (idx, w, info)
         return statistics.median(times), times, result
@@ -308,6 +387,7 @@ class OutlierBench:
                     self.log(f"{dataset} k={k} bf skipped (estimate {format_seconds(estimate)})")
                 else:
                     seconds, times, (idx, w, info) = self._timed_gpumine(X, k, "brute_force", self.device)
+                    self._all_weights.setdefault((dataset, len(X), k), {})["bf"] = info.pop("scores")
                     self._row(dataset, X, k, "bf", seconds=seconds, times=times, iterations=1, distances=info["distances"],
                               fraction=1.0, top_indices=idx.tolist(), top_weights=w.tolist(), estimate=estimate,
                               engine=info["engine"])
@@ -354,17 +434,56 @@ class OutlierBench:
 
     def run_peer(self, dataset: str, X: np.ndarray, k: int, impl: str, data_file: str) -> None:
         cap = self.args.peer_cap
-        result = _run_peer(impl, data_file, k, N_OUTLIERS, cap)
+        weights_path = Path(self._tmp.name) / f"weights_{impl}_{dataset}_{len(X)}_{k}.npy"
+        result = _run_peer(impl, data_file, k, N_OUTLIERS, cap, str(weights_path))
+        if result.get("import"):
+            note = f"PyOD: {result['import']}"
+            if note not in self.meta["notes"]:
+                self.meta["notes"].append(note)
         if result.get("error"):
             self._row(dataset, X, k, impl, note=f"failed: {result['error']}")
             self.log(f"{dataset} k={k} {impl} FAILED: {result['error']}")
+            if impl == "pyod":
+                note = ("PyOD KNN could not run here; the scikit-learn column times the KD-tree all-kNN that "
+                        "PyOD's KNN runs (NearestNeighbors.kneighbors, every core)")
+                if note not in self.meta["notes"]:
+                    self.meta["notes"].append(note)
         elif result.get("timeout") is not None:
             self._row(dataset, X, k, impl, timeout=cap, note=f"did not finish within --peer-cap {cap:g} s")
             self.log(f"{dataset} k={k} {impl}: > {cap:g} s")
         else:
+            checks = self._check_all_weights(dataset, X, k, impl, weights_path)
             self._row(dataset, X, k, impl, seconds=result["seconds"], times=[result["seconds"]],
-                      top_indices=result["indices"], top_weights=result["weights"])
-            self.log(f"{dataset} k={k} {impl}: {format_seconds(result['seconds'])}")
+                      top_indices=result["indices"], top_weights=result["weights"],
+                      algorithm=result.get("algorithm"), n_jobs=result.get("n_jobs"), **checks)
+            said = ", ".join(f"{key} {value:.3g}" for key, value in checks.items() if isinstance(value, float))
+            self.log(f"{dataset} k={k} {impl}: {format_seconds(result['seconds'])} ({result.get('n_jobs')} workers)"
+                     f"{'; ' + said if said else ''}")
+        weights_path.unlink(missing_ok=True)
+
+    def _check_all_weights(self, dataset, X, k, impl, weights_path: Path) -> dict:
+        """Every point's weight from a peer against gpumine brute force's (and PyOD's against scikit-learn's).
+
+        ``weights_vs_bf``: max relative difference over all points to gpumine BruteForce (whose
+        neighbour sets come from the float32 kNN engine, so points with float32 near-tied neighbours
+        may differ by about float32 rounding); ``weights_match_bf``: within 1e-6 relative;
+        ``weights_vs_sklearn`` (PyOD rows): the same against scikit-learn's sums.
+        """
+        if not weights_path.is_file():
+            return {}
+        weights = np.load(weights_path)
+        case = self._all_weights.setdefault((dataset, len(X), k), {})
+        out = {}
+        if case.get("bf") is not None:
+            rel = max_relative_difference(weights, case["bf"])
+            out["weights_vs_bf"] = rel
+            out["weights_match_bf"] = bool(rel <= 1e-6)
+            out["weights_differ_bf"] = int(np.count_nonzero(~np.isclose(weights, case["bf"], rtol=1e-9, atol=0)))
+        if impl == "pyod" and case.get("sklearn") is not None:
+            out["weights_vs_sklearn"] = max_relative_difference(weights, case["sklearn"])
+        if impl == "sklearn":
+            case["sklearn"] = weights
+        return out
 
     def data_file(self, dataset: str, X: np.ndarray) -> str:
         path = Path(self._tmp.name) / f"{dataset}_{len(X)}.npy"
@@ -534,6 +653,14 @@ def _render_targets(rows) -> list[str]:
                 verdicts.append(ss["seconds"] < bf_s)
         if verdicts:
             out.append(f"- {dataset}: SolvingSet faster than BruteForce on {sum(verdicts)}/{len(verdicts)} k values")
+    for r in rows:
+        if r["impl"] in ("pyod", "sklearn") and r.get("weights_vs_bf") is not None:
+            what = "PyOD KNN(method='mean') x k" if r["impl"] == "pyod" else "scikit-learn k-NN distance sums"
+            extra = (f"; vs scikit-learn: max relative difference {r['weights_vs_sklearn']:.3g}"
+                     if r.get("weights_vs_sklearn") is not None else "")
+            out.append(f"- {r['dataset']} (n={r['n']:,}) k={r['k']}: {what} vs gpumine BruteForce weights, all points: "
+                       f"max relative difference {r['weights_vs_bf']:.3g} ({'≤' if r.get('weights_match_bf') else '>'} 1e-6; "
+                       f"{r.get('weights_differ_bf', 0):,} points differ by more than 1e-9){extra}")
     checks = [r.get("match_bf") for r in rows if r["impl"] == "ss" and r.get("match_bf") is not None]
     refs = [r.get("match_reference") for r in rows if r["impl"] == "ss" and r.get("match_reference") is not None]
     out.append(f"- SolvingSet top-n == BruteForce top-n on {sum(checks)}/{len(checks)} rows; == float64 reference on "
@@ -596,6 +723,22 @@ def _csv_list(kind, allowed=None):
     return parse
 
 
+def _cases_arg(text):
+    cases = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, k = part.partition(":")
+        if not sep or name not in DATASETS or name == "scaling" or not k.strip().isdigit() or int(k) < 1:
+            raise argparse.ArgumentTypeError(
+                f"bad case {part!r}: use DATASET:K with DATASET one of {', '.join(d for d in DATASETS if d != 'scaling')}")
+        cases.append((name, int(k)))
+    if not cases:
+        raise argparse.ArgumentTypeError("no cases given")
+    return cases
+
+
 def _candidates_arg(text):
     if text == "auto":
         return "auto"
@@ -617,6 +760,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--datasets", type=_csv_list(str, DATASETS), default=list(DATASETS), help="comma-separated subset")
     p.add_argument("--k", type=_csv_list(int), default=list(KS), help="neighbour counts")
     p.add_argument("--impls", type=_csv_list(str, IMPLS), default=list(IMPLS), help="implementations to time")
+    p.add_argument("--cases", type=_cases_arg, default=None,
+                   help="only these (data set, k) pairs, e.g. covtype:50,covtype:5,g2d:50 (overrides --datasets and --k)")
     p.add_argument("--peer-k", type=_csv_list(int), default=None,
                    help="k values at which ss-cpu, scikit-learn and PyOD run (default: all of --k)")
     p.add_argument("--data-dir", type=Path, default=None,
@@ -682,12 +827,16 @@ def main(argv=None, prog: str | None = None) -> int:
         return 2
     if args.repeats is None:
         args.repeats = 1 if args.quick else 3
+    if args.cases is not None:
+        args.datasets = list(dict.fromkeys(name for name, _ in args.cases))
+        args.k = list(dict.fromkeys(k for _, k in args.cases))
     bench = OutlierBench(args, device, out_json, out_md)
     bench.failed = False
     impls = list(args.impls)
     if "pyod" in impls and importlib.util.find_spec("pyod") is None:
         impls.remove("pyod")
-        bench.meta["notes"].append("PyOD is not installed: its column is empty (scikit-learn runs the same KD-tree search)")
+        bench.meta["notes"].append("PyOD is not installed: its column is empty; the scikit-learn column times the "
+                                   "KD-tree all-kNN that PyOD's KNN runs (NearestNeighbors.kneighbors, every core)")
     if "sklearn" in impls and importlib.util.find_spec("sklearn") is None:  # pragma: no cover - a dependency
         impls.remove("sklearn")
     peer_k = set(args.peer_k or args.k)
@@ -706,7 +855,8 @@ def main(argv=None, prog: str | None = None) -> int:
             bench.meta["datasets"][name] = what
             bench.log(f"{name}: {what}")
             for k in args.k:
-                cases.append((name, X, k))
+                if args.cases is None or (name, k) in args.cases:
+                    cases.append((name, X, k))
         # warm-up on the device (context, kernels) outside every timing
         if {"ss", "bf"} & set(impls):
             warm = np.random.default_rng(0).standard_normal((2048, 3), dtype=np.float32)
