@@ -15,8 +15,10 @@ One command runs every experiment of issue 6 and writes JSON (``--out``) plus a 
 * ``tree``          C45Classifier fit on PokerHand 1M (seeded generator of uniformly random hands labelled by the
                     hand rules; it reproduces the labels of the real files exactly), tested on the real test
                     prefix; and on KDD Cup 99 10 % tested on ``corrected.gz``; vs scikit-learn's entropy tree.
-* ``itemsets``      frequent itemsets vs mlxtend (identical itemsets checked) and pyfim at a support that gives
-                    >= 10,000 itemsets on a seeded market-basket generator.
+* ``itemsets``      frequent itemsets vs mlxtend (identical itemsets checked) and pyfim (eclat, fpgrowth, apriori;
+                    identical itemsets checked) at a support that gives >= 10,000 itemsets on a seeded
+                    market-basket generator. pyfim is optional: without it its rows are skipped with a printed
+                    reason (``pip install pyfim``).
 
 Usage: ``python benchmarks/counting.py --out benchmarks/results/counting.json [--device cuda] [--quick]``.
 Sections can be chosen with ``--only``. Real data is looked up in ``--data`` / ``$GPUMINE_DATA_DIR`` /
@@ -375,23 +377,30 @@ def bench_itemsets(device, quick, peers):
             break
     s, k = chosen
     e = {"transactions": n, "items": m, "min_support": s, "itemsets": k, "times_s": {}, "device": str(device)}
-    t, ours = timeit(lambda: frequent_itemsets(X, s, device=device), device, repeat=2)
+    t, ours = timeit(lambda: frequent_itemsets(X, s, device=device, use_colnames=False), device, repeat=2)
     e["times_s"]["gpumine"] = t
+    # the same with the bitmaps already packed on the device (data resident, as the targets are stated)
+    from gpumine.counting._itemsets import transactions_to_bitmaps
+
+    e["times_s"]["gpumine_pack_bitmaps"], _ = timeit(lambda: transactions_to_bitmaps(X, device=device), device, repeat=2)
     if peers:
         try:
-            import fim
-
+            import fim  # pyfim (Borgelt's C implementations), optional
+        except ImportError as exc:
+            e["pyfim"] = f"not installed ({exc})"
+            print(f"itemsets: pyfim row skipped: not installed ({exc}); pip install pyfim", flush=True)
+        else:
             tracts = [np.flatnonzero(r).tolist() for r in X]
-            t0 = time.perf_counter()
-            r = fim.eclat(tracts, supp=-int(np.ceil(s * n - 1e-9)), zmin=1, report="a")
-            e["times_s"]["pyfim_eclat_cpu"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            r2 = fim.apriori(tracts, supp=-int(np.ceil(s * n - 1e-9)), zmin=1, report="a")
-            e["times_s"]["pyfim_apriori_cpu"] = time.perf_counter() - t0
+            min_count = int(np.ceil(s * n - 1e-9))  # support >= s as a fraction == count >= ceil(s * n)
+            ref = {frozenset(k): c / n for k, c in zip(ours.itemsets, (ours.support * n).round().astype(int))}
+            for algo in ("eclat", "fpgrowth", "apriori"):
+                fn = getattr(fim, algo)
+                t, r = timeit(lambda: fn(tracts, target="s", supp=-min_count, zmin=1, report="a"), torch.device("cpu"),
+                              repeat=2)
+                e["times_s"][f"pyfim_{algo}_cpu"] = t
+                got = {frozenset(k): c / n for k, c in r}
+                e[f"pyfim_{algo}_identical"] = got == ref
             e["pyfim_itemsets"] = len(r)
-            e["pyfim_same_count"] = len(r) == len(ours) == len(r2)
-        except ImportError:
-            e["pyfim"] = "not installed"
         try:
             from mlxtend.frequent_patterns import apriori, fpgrowth
 

@@ -206,6 +206,7 @@ def test_working_memory_chunking_gives_same_counts():
 
 
 def test_choose_representation_on_cpu_is_histogram():
+    # measured: packing 10 columns into bitmaps costs ~10x a bincount over them, so arrays go by histogram
     assert _ops.choose_representation(10**6, [8] * 10, 2, device="cpu") == "histogram"
 
 
@@ -224,7 +225,7 @@ def test_triton_kernels_match_torch_in_interpreter():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", ["case_and_count_matrix", "case_bitslice_level_counts", "case_store_ops",
-                                  "case_itemsets", "case_estimators"])
+                                  "case_histogram", "case_itemsets", "case_estimators"])
 def test_triton_kernels_match_torch_on_gpu(case):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU on this machine (run the gpu tier on the device machine)")
@@ -249,3 +250,43 @@ def test_gpu_store_ops_equal_cpu():
         for be in ("torch", "triton"):
             assert torch.equal(contingency_tables(gpu, y.cuda(), backend=be).cpu(), contingency_tables(cpu, y))
             assert range_counts(gpu, [[3, 5, 40], [1, 0, 16]], backend=be).cpu().tolist() == range_counts(cpu, [[3, 5, 40], [1, 0, 16]]).tolist()
+
+
+# ----------------------------------------------------------------------------- histogram backends, auto by cost
+def test_histogram_backend_dispatch():
+    import gpumine
+
+    cpu = torch.device("cpu")
+    assert _ops.histogram_backend("torch", cpu) == "torch"
+    assert _ops.histogram_backend("auto", cpu) == "torch"
+    with gpumine.config_context(backend="torch"):
+        assert _ops.histogram_backend(None, cpu) == "torch"
+    with pytest.raises(ValueError, match="backend must be one of|backend"):
+        _ops.histogram_backend("cuda", cpu)
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        # the interpreter is never picked by itself: an explicit "triton" on the CPU is an error naming the fix
+        with pytest.raises(ValueError, match="use backend='torch' or 'auto'"):
+            histogram_contingency(torch.zeros(3, 1, dtype=torch.int64), [1], torch.zeros(3, dtype=torch.int64), 1,
+                                  backend="triton")
+
+
+def test_histogram_contingency_empty_and_grouped_torch():
+    y0 = torch.zeros(0, dtype=torch.int64)
+    assert histogram_contingency(torch.zeros(0, 2, dtype=torch.int64), [3, 1], y0, 2).tolist() == [[0, 0]] * 4
+    w = histogram_contingency(torch.zeros(0, 2, dtype=torch.int64), [3, 1], y0, 2, torch.zeros(0, dtype=torch.float64))
+    assert w.dtype == torch.float64 and w.shape == (4, 2)
+    X = torch.tensor([[0, 1], [1, 1], [1, 0]])
+    y = torch.tensor([1, 1, 0])
+    g = _ops.grouped_histogram(X, [2, 2], y, 2, torch.tensor([0, 2, 2]), torch.tensor([1, 0, 1]), 2)
+    assert g[0].tolist() == [[0, 0], [1, 0], [1, 0], [0, 0]]
+    assert g[1].tolist() == [[0, 1], [1, 0], [1, 0], [0, 1]]
+
+
+def test_choose_representation_follows_measured_costs(monkeypatch):
+    key = ("cpu", "torch", "torch")
+    monkeypatch.setitem(_ops._COSTS, key, {"word": 1e-12, "entry": 1e-6, "pack": 1e-12})
+    assert _ops.choose_representation(10**6, [8] * 10, 2, device="cpu") == "bitmap"
+    monkeypatch.setitem(_ops._COSTS, key, {"word": 1e-6, "entry": 1e-12, "pack": 1e-6})
+    assert _ops.choose_representation(10**6, [8] * 10, 2, device="cpu", store_built=True) == "histogram"
+    est = _ops.representation_costs(640, [2, 3], 4, costs={"word": 1.0, "entry": 10.0, "pack": 100.0})
+    assert est == {"bitmap": 1.0 * 10 * 5 * 4 + 100.0 * 640 * 2, "histogram": 10.0 * 640 * 2}

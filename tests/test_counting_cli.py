@@ -91,3 +91,47 @@ def test_itemsets_baskets_and_onehot(tmp_path, capsys):
     assert "5 frequent itemsets" in capsys.readouterr().out
     assert run(["itemsets", str(b), "--min-support", "3"]) == 2
     assert run(["itemsets", str(tmp_path / "none.txt"), "--min-support", "0.5"]) == 2
+
+
+def test_tree_unseen_category_is_a_usage_error(weather, tmp_path, capsys):
+    test = tmp_path / "test.csv"
+    test.write_text(WEATHER.replace("overcast,83", "foggy,83"))
+    assert run(["tree", "--train", str(weather), "--test", str(test), "--label", "play", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "'foggy'" in err and "'outlook'" in err and "--handle-unknown missing" in err
+    assert len(err.strip().splitlines()) == 1
+    assert run(["tree", "--train", str(weather), "--test", str(test), "--label", "play", "--device", "cpu",
+                "--handle-unknown", "missing", "--no-tree"]) == 0
+    assert "test accuracy:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["nb", "tree"])
+def test_empty_class_labels(command, weather, tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(WEATHER.replace("rainy,68,80,FALSE,yes", "rainy,68,80,FALSE,"))
+    assert run([command, "--train", str(bad), "--label", "play", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "label column 'play' is empty in 1 of 14 training rows" in err[0]
+    assert "row 4" in err[0] and "fill in or drop" in err[0]
+    # in the test file an empty label only leaves that row out of the accuracy
+    assert run([command, "--train", str(weather), "--test", str(bad), "--label", "play", "--device", "cpu"]) == 0
+    assert "(13 rows; 1 rows without a label left out)" in capsys.readouterr().out
+
+
+def test_too_many_categories(tmp_path, capsys, monkeypatch):
+    import gpumine.counting._c45 as c45
+    import gpumine.counting._encode as enc
+
+    # the real limit is 32768 levels; a small one keeps the file small
+    monkeypatch.setattr(enc, "MAX_LEVELS", 20)
+    monkeypatch.setattr(c45, "MAX_NOMINAL_VALUES", 20)
+    p = tmp_path / "ids.csv"
+    p.write_text("id,color,label\n" + "".join(f"id{i},{'rgb'[i % 3]},{'ab'[i % 2]}\n" for i in range(30)))
+    assert run(["nb", "--train", str(p), "--label", "label", "--device", "cpu"]) == 2
+    assert run(["tree", "--train", str(p), "--label", "label", "--device", "cpu"]) == 2
+    assert run(["tree", "--train", str(p), "--label", "label", "--device", "cpu", "--categorical", "id"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3
+    assert all("column 'id' has 30 distinct values, more than the 20" in line for line in err)
+    assert "drop the column" in err[0] and "categories a feature may have" in err[0]
+    assert "values a nominal split may have" in err[1] and "--categorical" in err[2]

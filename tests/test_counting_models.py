@@ -348,3 +348,39 @@ def test_models_on_gpu_equal_cpu():
     a = frequent_itemsets(df, 0.05, device="cpu")
     b = frequent_itemsets(df, 0.05, device="cuda")
     assert dict(zip(a.itemsets, a.support)) == dict(zip(b.itemsets, b.support))
+
+
+# ----------------------------------------------------------------------------- auto by measured cost, limits
+def test_auto_representation_follows_measured_costs(monkeypatch):
+    from gpumine.counting import _ops
+
+    rng = np.random.default_rng(4)
+    X = rng.integers(0, [3, 5, 2, 4], size=(400, 4))
+    y = (X[:, 0] + X[:, 1] + rng.integers(0, 2, 400)) % 3
+    ref_nb = CategoricalNB(device="cpu", representation="histogram").fit(X, y)
+    ref_tree = C45Classifier(device="cpu", categorical_features="all", representation="histogram").fit(X, y)
+    key = ("cpu", "torch", "torch")
+    for costs, want in (({"word": 1e-15, "entry": 1e-3, "pack": 1e-15}, "bitmap"),
+                        ({"word": 1e-3, "entry": 1e-15, "pack": 1e-3}, "histogram")):
+        monkeypatch.setitem(_ops._COSTS, key, costs)
+        nb = CategoricalNB(device="cpu").fit(X, y)
+        assert nb.representation_ == want
+        np.testing.assert_allclose(nb.predict_proba(X), ref_nb.predict_proba(X), rtol=1e-12)
+        tree = C45Classifier(device="cpu", categorical_features="all").fit(X, y)
+        assert set(tree.representations_) == {want}
+        assert tree.export_text() == ref_tree.export_text()
+
+
+def test_too_many_categories_errors_name_the_fix(monkeypatch):
+    import gpumine.counting._c45 as c45
+    import gpumine.counting._nb as nb
+
+    X = np.array([[0, 1], [5, 0], [2, 1]])
+    monkeypatch.setattr(nb, "MAX_CATEGORIES", 4)
+    msg = r"feature 0 has category code 5 \(6 categories\), more than the 4 categories.*OrdinalEncoder"
+    with pytest.raises(ValueError, match=msg):
+        CategoricalNB(device="cpu").fit(X, [0, 1, 0])
+    monkeypatch.setattr(c45, "MAX_NOMINAL_VALUES", 2)
+    with pytest.raises(ValueError, match=r"nominal feature 'x0' has 3 distinct values, more than the 2.*identifier"):
+        C45Classifier(device="cpu", categorical_features="all").fit(X, [0, 1, 0])
+    C45Classifier(device="cpu").fit(X, [0, 1, 0])  # numeric features have no such limit

@@ -44,7 +44,16 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 from .._validation import output_kind, to_output
 from ..config import resolve_backend, resolve_device
 from ._bits import pack_codes, pack_groups
-from ._ops import and_count_matrix, contingency_tables, grouped_histogram, level_offsets, measured_costs
+from ._ops import (
+    and_count_matrix,
+    contingency_tables,
+    grouped_histogram,
+    histogram_backend,
+    level_offsets,
+    measured_costs,
+    representation_costs,
+)
+from ._encode import MAX_LEVELS
 from ._store import BitmapStore
 
 __all__ = ["C45Classifier", "add_errors"]
@@ -52,6 +61,9 @@ __all__ = ["C45Classifier", "add_errors"]
 _SMALL = 1e-6
 _LN2 = math.log(2.0)
 _REPRESENTATIONS = ("auto", "bitmap", "bitslice", "histogram")
+
+#: Most distinct values of a nominal feature (the store's limit on levels of one column).
+MAX_NOMINAL_VALUES = MAX_LEVELS
 
 
 _Z_CACHE: dict = {}
@@ -99,6 +111,14 @@ class _Columns:
             known = col[~miss]
             if nominal[j]:
                 vals = _sorted_unique(known)
+                if len(vals) > MAX_NOMINAL_VALUES:
+                    # a multiway split into this many branches is never useful, and the per-depth count table
+                    # (nodes x levels x classes) would grow with it
+                    raise ValueError(
+                        f"nominal feature {names[j]!r} has {len(vals)} distinct values, more than the "
+                        f"{MAX_NOMINAL_VALUES} a nominal split may have; drop it (an identifier?) or pass it as a "
+                        "numeric feature (leave it out of categorical_features)"
+                    )
                 self.values.append(vals)
                 self.bin_max.append(None)
                 self.bin_min.append(None)
@@ -217,6 +237,10 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         weights (sample weights, missing values) always count by histogram.
     device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
     backend : {"auto", "torch", "triton"}, default="auto"
+        Kernels of the counting passes. ``"triton"`` runs the Triton kernels (bitmap
+        and histogram); ``"torch"`` the torch ops; ``"auto"`` the Triton bitmap
+        kernels on a CUDA device and ``torch.bincount`` for the histogram (see
+        :data:`gpumine.counting._ops.HISTOGRAM_AUTO_BACKEND`).
 
     Attributes
     ----------
@@ -380,6 +404,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         self._check_params()
         self._device = resolve_device(self.device)
         self._backend = resolve_backend(self.backend, self._device)
+        self._hist_backend = histogram_backend(self.backend, self._device)
         arr, is_num, names = self._to_frame(X, reset=True)
         y = column_or_1d(y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else y, warn=True)
         if y.shape[0] != arr.shape[0]:
@@ -452,7 +477,8 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             rep = self._pick_rep(rows.shape[0], n, d, G, C, weight is not None, store is not None)
             self.representations_.append(rep)
             if rep == "histogram":
-                counts = grouped_histogram(codes, n_levels, y, C, rows, group, G, weight).to(torch.float64)
+                counts = grouped_histogram(codes, n_levels, y, C, rows, group, G, weight,
+                                           backend=self._hist_backend).to(torch.float64)
             else:
                 if store is None:
                     store = BitmapStore.from_codes(codes, n_levels)
@@ -529,14 +555,11 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             return "histogram"
         if rep != "auto":
             return rep
-        if self._device.type == "cpu":
-            return "histogram"  # no popcount instruction in torch on the CPU: the histogram always wins there
-        c = measured_costs(self._device, self._backend)
-        nw = (n + 63) // 64
-        L = sum(self._cols.n_levels)
-        bitmap = c["word"] * nw * L * G * C + c["pack"] * n * (1 + (0 if built else d))
-        hist = c["entry"] * m * d
-        return "bitmap" if bitmap < hist else "histogram"
+        c = measured_costs(self._device, self._backend, self._hist_backend)
+        # the node bitmaps of this depth are packed in any case (one scatter of m entries); the store only once
+        est = representation_costs(n, self._cols.n_levels, G * C, n_entries=m, store_built=built, costs=c)
+        est["bitmap"] += c["pack"] * m
+        return "bitmap" if est["bitmap"] < est["histogram"] else "histogram"
 
     def _bitmap_counts(self, store, class_bits, rows, group, G, C, n):
         masks = pack_groups(group, G, n, rows=rows)  # node existential bitmaps, one scatter

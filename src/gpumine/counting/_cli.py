@@ -62,7 +62,22 @@ def _split(frame, label):
     X = frame.drop(columns=[col])
     if X.shape[1] == 0:
         raise _UsageError("the table has no feature columns besides the label")
+    if len(y) == 0:
+        raise _UsageError("the training file has no data rows")
+    empty = np.flatnonzero(pd.isna(frame[col]).to_numpy())
+    if empty.size:
+        # an empty class label is no class: fitting would fail deep inside on mixed float/str labels
+        raise _UsageError(f"label column {str(col)!r} is empty in {empty.size} of {len(y)} training rows (first: row "
+                          f"{int(empty[0])}, counting data rows from 0); fill in or drop those rows")
     return X, y, col
+
+
+def _too_many_values(X, columns, limit, what, fix):
+    """Usage error for the first of ``columns`` with more than ``limit`` distinct values."""
+    for c in columns:
+        k = int(X[c].nunique(dropna=True))
+        if k > limit:
+            raise _UsageError(f"column {str(c)!r} has {k} distinct values, more than the {limit} {what}; {fix}")
 
 
 def _predictions_text(pred) -> str:
@@ -169,9 +184,14 @@ def _report(name, model, test, args, fit_s):
     pred = model.predict(Xte)
     pred = np.asarray(pred.cpu() if hasattr(pred, "cpu") else pred)
     if yte is not None:
+        labelled = ~np.asarray(pd.isna(yte), dtype=bool)
         yte_c = yte.astype(model.classes_.dtype, copy=False) if model.classes_.dtype.kind in "iuf" and yte.dtype.kind in "iuf" else yte
-        acc = float(np.mean(pred == yte_c))
-        print(f"test accuracy: {acc:.4f} ({len(yte)} rows)")
+        if labelled.any():
+            acc = float(np.mean(pred[labelled] == yte_c[labelled]))
+            note = "" if labelled.all() else f"; {int((~labelled).sum())} rows without a label left out"
+            print(f"test accuracy: {acc:.4f} ({int(labelled.sum())} rows{note})")
+        else:
+            print(f"test accuracy: none (the label column is empty in all {len(yte)} test rows)")
     if args.output:
         _atomic_write_text(args.output, _predictions_text(pred))
         print(f"predictions written to {args.output}")
@@ -181,10 +201,12 @@ def _report(name, model, test, args, fit_s):
 def _run_nb(args):
     import time
 
-    from ._encode import encode_table
+    from ._encode import MAX_LEVELS, encode_table
     from ._nb import CategoricalNB
 
     Xtr, ytr, test = _load_train_test(args)
+    _too_many_values(Xtr, Xtr.columns, MAX_LEVELS, "categories a feature may have",
+                     "drop the column from the CSV (an identifier?) or bin its values first")
     table = encode_table(Xtr, ["categorical"] * Xtr.shape[1])
     model = CategoricalNB(alpha=args.alpha, representation=args.representation, device=args.device,
                           backend=args.backend, handle_unknown=args.handle_unknown)
@@ -215,7 +237,7 @@ def torch_int64():
 def _run_tree(args):
     import time
 
-    from ._c45 import C45Classifier
+    from ._c45 import MAX_NOMINAL_VALUES, C45Classifier
 
     Xtr, ytr, test = _load_train_test(args)
     cat = args.categorical
@@ -236,9 +258,13 @@ def _run_tree(args):
                 cf.append(int(tok) % len(names))
             else:
                 raise _UsageError(f"--categorical names unknown column {tok!r}")
+    nonnum = [j for j, c in enumerate(Xtr.columns) if not pd.api.types.is_numeric_dtype(Xtr[c])]
     if cf is not None and not isinstance(cf, str):
-        nonnum = [j for j, c in enumerate(Xtr.columns) if not pd.api.types.is_numeric_dtype(Xtr[c])]
         cf = sorted(set(cf) | set(nonnum))
+    nominal = nonnum if cf is None else (range(Xtr.shape[1]) if cf == "all" else cf)
+    _too_many_values(Xtr, [Xtr.columns[j] for j in nominal], MAX_NOMINAL_VALUES, "values a nominal split may have",
+                     "drop the column from the CSV (an identifier?)" +
+                     ("" if cat == "auto" else " or leave it out of --categorical if it is numeric"))
     model = C45Classifier(min_samples_leaf=args.min_samples_leaf, confidence=args.confidence, max_depth=args.max_depth,
                           prune=not args.unpruned, categorical_features=cf, handle_unknown=args.handle_unknown,
                           representation=args.representation, device=args.device, backend=args.backend)
@@ -248,8 +274,27 @@ def _run_tree(args):
     if not args.no_tree:
         print(model.export_text())
     print(f"leaves: {model.n_leaves_}, nodes: {model.n_nodes_}, depth: {model.depth_}")
+    if test is not None and args.handle_unknown == "error":
+        _check_tree_categories(model, test[0])
     _report("tree", model, test, args, fit_s)
     return 0
+
+
+def _check_tree_categories(model, Xte):
+    """Usage error naming the first test value of a nominal column that the training file never had."""
+    from ._c45 import _isna
+
+    cols = model._cols
+    for j, c in enumerate(Xte.columns):
+        if not cols.nominal[j]:
+            continue
+        values = Xte[c].to_numpy(dtype=object)
+        codes = cols.encode_col(values, j, unknown="missing")
+        unseen = np.flatnonzero((codes >= cols.n_known[j]) & ~_isna(values))
+        if unseen.size:
+            r = int(unseen[0])
+            raise _UsageError(f"test row {r} has category {values[r]!r} in column {str(c)!r} unseen in training "
+                              f"({unseen.size} such rows); use --handle-unknown missing to treat unseen values as missing")
 
 
 def _read_transactions(args):

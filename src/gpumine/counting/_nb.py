@@ -14,13 +14,16 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 
 from .._validation import output_kind, to_output
 from ..config import resolve_backend, resolve_device
-from ._ops import choose_representation, contingency_tables, histogram_contingency, level_offsets
+from ._ops import choose_representation, contingency_tables, histogram_backend, histogram_contingency, level_offsets
 from ._bits import pack_codes
 from ._store import BitmapStore, BitSliceStore, _BitStore
 
 __all__ = ["CategoricalNB"]
 
 _REPRESENTATIONS = ("auto", "bitmap", "bitslice", "histogram")
+
+#: Largest number of categories (largest code + 1) of one feature given as an array.
+MAX_CATEGORIES = 1 << 20
 
 
 class CategoricalNB(ClassifierMixin, BaseEstimator):
@@ -57,6 +60,10 @@ class CategoricalNB(ClassifierMixin, BaseEstimator):
         ``sample_weight`` needs ``"histogram"`` or ``"auto"``.
     device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
     backend : {"auto", "torch", "triton"}, default="auto"
+        Kernels of the counting passes. ``"triton"`` runs the Triton kernels (bitmap
+        and histogram); ``"torch"`` the torch ops; ``"auto"`` the Triton bitmap
+        kernels on a CUDA device and ``torch.bincount`` for the histogram (see
+        :data:`gpumine.counting._ops.HISTOGRAM_AUTO_BACKEND`).
 
     Attributes
     ----------
@@ -191,6 +198,16 @@ class CategoricalNB(ClassifierMixin, BaseEstimator):
             codes, _ = self._codes(X, reset=reset)
             n = codes.shape[0]
             n_cat_X = (codes.amax(dim=0).cpu().numpy().astype(np.int64) + 1) if n else np.zeros(codes.shape[1], np.int64)
+            if n_cat_X.size and n_cat_X.max() > MAX_CATEGORIES:
+                j = int(n_cat_X.argmax())
+                # the count table has one row per category code up to the largest: a code of 10**9 would
+                # allocate gigabytes before anything fails, so refuse it with the fix
+                raise ValueError(
+                    f"feature {j} has category code {int(n_cat_X[j]) - 1} ({int(n_cat_X[j])} categories), more than the "
+                    f"{MAX_CATEGORIES} categories "
+                    "CategoricalNB counts per feature (codes must be 0..n_categories-1); re-encode it with "
+                    "sklearn.preprocessing.OrdinalEncoder, bin it, or drop it (an identifier?)"
+                )
         y_dev = None
         if isinstance(y, torch.Tensor) and y.ndim == 1 and not y.is_floating_point() and y.dtype != torch.bool:
             # labels already on a device: classes and codes without a host round trip of the labels
@@ -286,7 +303,9 @@ class CategoricalNB(ClassifierMixin, BaseEstimator):
             counts = _pad_levels(counts, store.n_levels, n_cat)
             return counts, store.kind
         if rep == "auto":
-            rep = "histogram" if w is not None else choose_representation(X.shape[0], n_cat, C, device=dev, backend=backend)
+            rep = "histogram" if w is not None else choose_representation(
+                X.shape[0], n_cat, C, device=dev, backend=backend,
+                histogram_backend=histogram_backend(self.backend, dev))
         if rep in ("bitmap", "bitslice"):
             if w is not None:
                 raise ValueError(f"representation={rep!r} counts rows by popcount and cannot apply sample_weight; "
@@ -295,7 +314,7 @@ class CategoricalNB(ClassifierMixin, BaseEstimator):
             return contingency_tables(store, pack_codes(torch.as_tensor(ycodes, device=dev), C), backend=backend), rep
         yt = torch.as_tensor(ycodes, device=dev)
         wt = None if w is None else torch.as_tensor(w, device=dev)
-        return histogram_contingency(X, [int(k) for k in n_cat], yt, C, wt), "histogram"
+        return histogram_contingency(X, [int(k) for k in n_cat], yt, C, wt, backend=self.backend), "histogram"
 
     def _update_model(self):
         alpha = self._alpha()

@@ -41,10 +41,12 @@ __all__ = [
     "contingency_tables",
     "histogram_contingency",
     "grouped_histogram",
+    "histogram_backend",
     "level_offsets",
     "row_sets",
     "choose_representation",
     "measured_costs",
+    "representation_costs",
 ]
 
 
@@ -376,28 +378,60 @@ def level_offsets(n_levels) -> list[int]:
 
 # ----------------------------------------------------------------------------- histogram path
 def histogram_contingency(codes: torch.Tensor, n_levels, labels: torch.Tensor, n_classes: int,
-                          weights: torch.Tensor | None = None) -> torch.Tensor:
+                          weights: torch.Tensor | None = None, *, backend="auto") -> torch.Tensor:
     """All attributes × class by one bincount over integer codes: ``(sum(n_levels), n_classes)``.
 
     ``codes`` is ``(n, d)`` with column ``j`` in ``[0, n_levels[j])``; ``labels``
     ``(n,)`` in ``[0, n_classes)``. Counts are int64, or float64 with ``weights``.
+    ``backend``: see :func:`histogram_backend`.
 
     Examples
     --------
     >>> histogram_contingency(torch.tensor([[0, 1], [1, 1], [1, 0]]), [2, 2], torch.tensor([1, 1, 0]), 2).tolist()
     [[0, 1], [1, 1], [1, 0], [0, 2]]
     """
-    out = grouped_histogram(codes, n_levels, labels, n_classes, None, None, 1, weights)
+    out = grouped_histogram(codes, n_levels, labels, n_classes, None, None, 1, weights, backend=backend)
     return out[0]
 
 
-def grouped_histogram(codes, n_levels, labels, n_classes, rows, group, n_groups, weights=None) -> torch.Tensor:
+#: What ``backend="auto"`` runs for the histogram path on a CUDA device. Torch until the Triton
+#: histogram has been timed against ``torch.bincount`` on a GPU (``.devdata/gpu_issue6.py`` does that).
+HISTOGRAM_AUTO_BACKEND = "torch"
+
+
+def histogram_backend(backend, device) -> str:
+    """``"torch"`` or ``"triton"`` for the histogram path.
+
+    ``"torch"`` / ``"triton"`` are taken as asked (``"triton"`` raises where Triton
+    cannot run, as everywhere); ``"auto"`` (or ``None``: the configured default)
+    gives :data:`HISTOGRAM_AUTO_BACKEND` on a CUDA device where Triton runs, else
+    torch. The bitmap kernels' ``"auto"`` is Triton on CUDA; the histogram's is
+    separate because ``torch.bincount`` is itself a tuned GPU histogram.
+    """
+    if backend is None:
+        from ..config import get_config
+
+        backend = get_config()["backend"]
+    if backend == "auto":
+        return "triton" if HISTOGRAM_AUTO_BACKEND == "triton" and _backend("auto", device) == "triton" else "torch"
+    return _backend(backend, device)
+
+
+def grouped_histogram(codes, n_levels, labels, n_classes, rows, group, n_groups, weights=None, *,
+                      backend="auto") -> torch.Tensor:
     """Like :func:`histogram_contingency` for many row groups at once: ``(n_groups, sum(n_levels), n_classes)``.
 
     The entries ``i`` are rows ``rows[i]`` (``None``: all rows) of group ``group[i]``
     (``None``: group 0) with weight ``weights[i]`` (``None``: 1). A row may appear in
-    several groups.
+    several groups. ``backend``: see :func:`histogram_backend`; both versions give the
+    same int64 counts (float64 sums with ``weights``, equal up to the order of additions).
     """
+    if histogram_backend(backend, codes.device) == "triton":
+        return _tri().grouped_histogram(codes, n_levels, labels, n_classes, rows, group, n_groups, weights)
+    return _grouped_histogram_torch(codes, n_levels, labels, n_classes, rows, group, n_groups, weights)
+
+
+def _grouped_histogram_torch(codes, n_levels, labels, n_classes, rows, group, n_groups, weights=None) -> torch.Tensor:
     device = codes.device
     d = codes.shape[1]
     L = int(sum(n_levels))
@@ -429,14 +463,17 @@ def grouped_histogram(codes, n_levels, labels, n_classes, rows, group, n_groups,
 _COSTS: dict = {}
 
 
-def measured_costs(device, backend="torch") -> dict:
-    """Seconds per unit of work on ``device``, measured once and cached.
+def measured_costs(device, backend="torch", histogram_backend="torch") -> dict:
+    """Seconds per unit of work on ``device``, measured once per (device, backends) and cached.
 
-    ``word``: one AND+popcount of a 64-bit word against one row set;
-    ``entry``: one (row, column) entry of a histogram bincount;
+    ``word``: one AND+popcount of a 64-bit word against one row set (bitmap kernels on ``backend``);
+    ``entry``: one (row, column) entry of a histogram (on ``histogram_backend``);
     ``pack``: one (row, column) entry scattered into a bitmap store.
+
+    The measurement takes about 20 ms on a CPU (16K rows x 8 columns) and a few ms
+    on a GPU (1M x 16), plus the Triton compilation when a backend is Triton.
     """
-    key = (str(device), backend)
+    key = (str(device), backend, histogram_backend)
     if key in _COSTS:
         return _COSTS[key]
     device = torch.device(device)
@@ -461,27 +498,38 @@ def measured_costs(device, backend="torch") -> dict:
         return best
 
     t_word = timeit(lambda: and_count_matrix(A, R, backend=backend)) / (A.numel() * R.shape[0])
-    t_entry = timeit(lambda: histogram_contingency(codes, [8] * d, y, 4)) / (n * d)
+    t_entry = timeit(lambda: histogram_contingency(codes, [8] * d, y, 4, backend=histogram_backend)) / (n * d)
     t_pack = timeit(lambda: BitmapStore.from_codes(codes, [8] * d)) / (n * d)
     _COSTS[key] = {"word": t_word, "entry": t_entry, "pack": t_pack}
     return _COSTS[key]
 
 
-def choose_representation(n_rows, n_levels, n_sets, *, store_built=False, device=None, backend="torch") -> str:
-    """``"bitmap"`` or ``"histogram"``, whichever the measured costs say is cheaper for one contingency pass.
+def representation_costs(n_rows, n_levels, n_sets, *, n_entries=None, store_built=False, costs) -> dict:
+    """Estimated seconds of one contingency pass by ``"bitmap"`` and by ``"histogram"``.
 
-    On the CPU the answer is ``"histogram"`` without measuring: torch has no
-    popcount instruction, so the SWAR popcount over words never wins there.
-    Without a built store the histogram also wins on a GPU (packing the store
-    is itself a pass of the same size), so no measurement is made either.
+    ``bitmap``: AND + popcount of every level bitmap with every row set, plus
+    packing the store when it is not built yet; ``histogram``: one bincount over
+    ``n_entries`` rows (default ``n_rows``) of codes.
     """
-    dev = torch.device(device) if device is not None else torch.device("cpu")
-    if dev.type == "cpu" or not store_built:
-        return "histogram"
-    c = measured_costs(dev, backend)
     d = len(n_levels)
     words = (int(n_rows) + 63) // 64
-    bitmap = c["word"] * words * int(sum(n_levels)) * max(1, int(n_sets)) + (0 if store_built else c["pack"] * n_rows * d)
-    hist = c["entry"] * n_rows * d
-    return "bitmap" if bitmap < hist else "histogram"
+    m = int(n_rows) if n_entries is None else int(n_entries)
+    bitmap = costs["word"] * words * int(sum(n_levels)) * max(1, int(n_sets))
+    if not store_built:
+        bitmap += costs["pack"] * int(n_rows) * d
+    return {"bitmap": bitmap, "histogram": costs["entry"] * m * d}
 
+
+def choose_representation(n_rows, n_levels, n_sets, *, store_built=False, device=None, backend="torch",
+                          histogram_backend="torch") -> str:
+    """``"bitmap"`` or ``"histogram"``, whichever the measured costs (:func:`measured_costs`) say is cheaper.
+
+    The costs are measured once per process and device (about 20 ms on a CPU).
+    Packing the store is counted when it is not built yet, so for arrays the
+    histogram normally wins (packing is itself a pass of the same size); with a
+    built store and few row sets, bitmaps can win on a GPU.
+    """
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    c = measured_costs(dev, backend, histogram_backend)
+    est = representation_costs(n_rows, n_levels, n_sets, store_built=store_built, costs=c)
+    return "bitmap" if est["bitmap"] < est["histogram"] else "histogram"

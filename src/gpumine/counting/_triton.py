@@ -6,15 +6,31 @@ in the CPU interpreter too), reduce per program, and add the partial sums into
 the output with ``atomic_add``: the word range is split over several programs
 so that a few patterns over many rows still fill the GPU. Integer atomics make
 the result exact and deterministic.
+
+The histogram on integer codes (:func:`grouped_histogram`) counts (group, level,
+class) triples: through a private histogram per program (registers, one-hot
+reduction) flushed with one atomic per bin when a column's bins are few, else one
+global atomic per entry. Weighted counts use float64 atomics: exact up to
+float64 rounding, with the order of additions (so the last bit) free to vary.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
 
-__all__ = ["and_count_matrix", "bitslice_level_counts", "bitslice_contingency", "term_counts", "bitslice_range_counts"]
+__all__ = [
+    "and_count_matrix",
+    "bitslice_level_counts",
+    "bitslice_contingency",
+    "term_counts",
+    "bitslice_range_counts",
+    "grouped_histogram",
+    "histogram_contingency",
+    "histogram_reference",
+]
 
 _TARGET_PROGRAMS = 1024
 
@@ -227,3 +243,168 @@ def bitslice_range_counts(words, offs, nbits, lo, hi, mask) -> torch.Tensor:
     _range_kernel[(gp, n_split)](words, c(offs), c(nbits), c(lo), c(hi), mask.contiguous(), out, P, int(nbits.max()),
                                  nw, seg, BP=BP, BW=BW)
     return out
+
+
+# ----------------------------------------------------------------------------- histogram on integer codes
+def histogram_reference(codes, n_levels, labels, n_classes, rows, group, n_groups, weights=None):
+    """Plain torch reference of :func:`grouped_histogram` (one unchunked bincount; tests compare against it).
+
+    Entry ``i`` (row ``r = rows[i]``, group ``g = group[i]``) adds ``weights[i]``
+    (or 1) to ``out[g, offset[j] + codes[r, j], labels[r]]`` for every column ``j``.
+    """
+    dev = codes.device
+    L, C, G = int(sum(int(k) for k in n_levels)), int(n_classes), int(n_groups)
+    r = torch.arange(codes.shape[0], device=dev) if rows is None else rows.to(torch.int64)
+    g = torch.zeros_like(r) if group is None else group.to(torch.int64)
+    offs = torch.tensor(np.cumsum([0] + [int(k) for k in n_levels])[:-1], dtype=torch.int64, device=dev)
+    idx = ((g[:, None] * L + offs[None, :] + codes[r].to(torch.int64)) * C + labels[r].to(torch.int64)[:, None])
+    w = None if weights is None else weights.to(torch.float64)[:, None].expand_as(idx).reshape(-1)
+    return torch.bincount(idx.reshape(-1), weights=w, minlength=G * L * C)[:G * L * C].reshape(G, L, C)
+
+
+@triton.jit
+def _histogram_kernel(
+    codes_ptr, labels_ptr, rows_ptr, group_ptr, w_ptr, nlev_ptr, loff_ptr, out_ptr,
+    m, d, L, C, G, tiles_per_prog,
+    stride_cr, stride_cd,
+    HAS_ROWS: tl.constexpr, HAS_GROUP: tl.constexpr, HAS_W: tl.constexpr, PRIVATE: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BINS: tl.constexpr,
+):
+    """Counts of (group, column level, class) over entries ``i``: row ``rows[i]``, group ``group[i]``, weight ``w[i]``.
+
+    ``PRIVATE``: one column per program (``BLOCK_D`` is 1); the program counts its
+    ``tiles_per_prog * BLOCK_N`` entries into a private histogram of ``BINS`` bins
+    held in registers (a one-hot reduction, no atomics) and adds it to the output
+    with one atomic per non-empty bin. Otherwise every entry of the
+    ``BLOCK_N x BLOCK_D`` tile is one global atomic (any number of bins).
+    Entries whose code, label or group lies outside its range are not counted.
+    """
+    pid_n = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    j = (pid_d * BLOCK_D + tl.arange(0, BLOCK_D)).to(tl.int64)
+    mj = j < d
+    nl = tl.load(nlev_ptr + j, mask=mj, other=0)
+    off = tl.load(loff_ptr + j, mask=mj, other=0)
+    if PRIVATE:
+        b = tl.arange(0, BINS)
+        if HAS_W:
+            acc = tl.zeros((BINS,), dtype=tl.float64)
+        else:
+            acc = tl.zeros((BINS,), dtype=tl.int32)
+    start = pid_n.to(tl.int64) * tiles_per_prog * BLOCK_N
+    for t in range(0, tiles_per_prog):
+        i = start + t * BLOCK_N + tl.arange(0, BLOCK_N).to(tl.int64)
+        mi = i < m
+        if HAS_ROWS:
+            r = tl.load(rows_ptr + i, mask=mi, other=0).to(tl.int64)
+        else:
+            r = i
+        y = tl.load(labels_ptr + r, mask=mi, other=0).to(tl.int64)
+        if HAS_GROUP:
+            g = tl.load(group_ptr + i, mask=mi, other=0).to(tl.int64)
+        else:
+            g = tl.zeros((BLOCK_N,), dtype=tl.int64)
+        ok = mi & (y >= 0) & (y < C) & (g >= 0) & (g < G)
+        c = tl.load(codes_ptr + r[:, None] * stride_cr + j[None, :] * stride_cd,
+                    mask=ok[:, None] & mj[None, :], other=-1).to(tl.int64)
+        valid = ok[:, None] & mj[None, :] & (c >= 0) & (c < nl[None, :])
+        if PRIVATE:
+            # local bin of column j: (group, level, class) within this column's G * nl * C bins
+            loc = tl.sum((g[:, None] * nl[None, :] + c) * C + y[:, None], axis=1)  # BLOCK_D == 1
+            hit = (loc[:, None] == b[None, :]) & (tl.sum(valid.to(tl.int32), axis=1) > 0)[:, None]
+            if HAS_W:
+                w = tl.load(w_ptr + i, mask=mi, other=0.0)
+                acc += tl.sum(tl.where(hit, w[:, None], 0.0), axis=0)
+            else:
+                acc += tl.sum(hit.to(tl.int32), axis=0)
+        else:
+            idx = ((g[:, None] * L + off[None, :] + c) * C + y[:, None])
+            if HAS_W:
+                w = tl.load(w_ptr + i, mask=mi, other=0.0)
+                tl.atomic_add(out_ptr + idx, w[:, None] + tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float64), mask=valid)
+            else:
+                tl.atomic_add(out_ptr + idx, tl.full((BLOCK_N, BLOCK_D), 1, tl.int64), mask=valid)
+    if PRIVATE:
+        nl0 = tl.sum(nl, axis=0)
+        off0 = tl.sum(off, axis=0)
+        per_group = nl0 * C
+        gb = b // per_group
+        dst = gb * L * C + off0 * C + (b - gb * per_group)
+        keep = (b < G * per_group) & (acc != 0)
+        tl.atomic_add(out_ptr + dst, acc.to(out_ptr.dtype.element_ty), mask=keep)
+
+
+PRIVATE_MAX_BINS = 256  # one-hot private histograms beyond this cost more in compares than atomics save
+
+
+def grouped_histogram(codes, n_levels, labels, n_classes, rows, group, n_groups, weights=None, *, strategy="auto"):
+    """Triton twin of :func:`gpumine.counting._ops.grouped_histogram`: ``(n_groups, sum(n_levels), n_classes)``.
+
+    Integer counts are int64 and exact. With ``weights`` the counts are float64
+    sums added by float64 atomics: exact up to float64 rounding, and the order of
+    the additions (so the last bit) may differ from run to run.
+
+    ``strategy``: ``"private"`` (a per-program histogram in registers, when one
+    column's ``n_groups * n_levels[j] * n_classes`` bins fit in
+    ``PRIVATE_MAX_BINS``), ``"atomic"`` (one global atomic per entry), or
+    ``"auto"`` (private when it fits).
+    """
+    if strategy not in ("auto", "private", "atomic"):
+        raise ValueError(f"strategy must be 'auto', 'private' or 'atomic'; got {strategy!r}")
+    if codes.ndim != 2:
+        raise ValueError(f"codes must be 2-D (n_rows, n_columns); got shape {tuple(codes.shape)}")
+    dev = codes.device
+    n, d = codes.shape
+    if len(n_levels) != d:
+        raise ValueError(f"n_levels has {len(n_levels)} entries but codes has {d} columns; give one per column")
+    if labels.shape != (n,):
+        raise ValueError(f"labels must have shape ({n},) (one per row of codes); got {tuple(labels.shape)}")
+    L = int(sum(int(k) for k in n_levels))
+    C = int(n_classes)
+    G = int(n_groups)
+    m = n if rows is None else int(rows.shape[0])
+    for name, t in (("group", group), ("weights", weights)):
+        if t is not None and t.shape != (m,):
+            raise ValueError(f"{name} must have shape ({m},) (one per entry); got {tuple(t.shape)}")
+    floating = weights is not None
+    out = torch.zeros(G * L * C, dtype=torch.float64 if floating else torch.int64, device=dev)
+    if m == 0 or d == 0 or L == 0 or C == 0 or G == 0:
+        return out.reshape(G, L, C)
+    max_bins = G * max(int(k) for k in n_levels) * C
+    private = strategy == "private" or (strategy == "auto" and max_bins <= PRIVATE_MAX_BINS)
+    if private and max_bins > PRIVATE_MAX_BINS:
+        raise ValueError(f"strategy='private' needs n_groups * max(n_levels) * n_classes <= {PRIVATE_MAX_BINS}; "
+                         f"got {max_bins}; use strategy='atomic' or 'auto'")
+    t64 = lambda x: torch.tensor([int(v) for v in x], dtype=torch.int64, device=dev)  # noqa: E731
+    nlev = t64(n_levels)
+    loff = t64([0] + list(np.cumsum([int(k) for k in n_levels])[:-1]))
+    labels = labels.contiguous()
+    rows_t = rows.contiguous() if rows is not None else out  # an unused pointer when HAS_ROWS is off
+    group_t = group.contiguous() if group is not None else out
+    w_t = weights.to(torch.float64).contiguous() if floating else out
+    if private:
+        BINS = max(16, triton.next_power_of_2(max_bins))
+        # the one-hot tile is BLOCK_N x BINS: keep it near 8K elements (32 registers a thread at 8 warps)
+        BLOCK_N, BLOCK_D, num_warps = max(32, min(128, 8192 // BINS)), 1, 8
+        col_progs = d
+    else:
+        BLOCK_N, BLOCK_D, BINS, num_warps = 64, min(32, triton.next_power_of_2(d)), 1, 4
+        col_progs = triton.cdiv(d, BLOCK_D)
+    tiles = triton.cdiv(m, BLOCK_N)
+    # enough programs to fill the GPU, each over several tiles so private histograms are flushed rarely
+    row_progs = max(1, min(tiles, _TARGET_PROGRAMS * 4 // col_progs))
+    tiles_per_prog = triton.cdiv(tiles, row_progs)
+    row_progs = triton.cdiv(tiles, tiles_per_prog)
+    _histogram_kernel[(row_progs, col_progs)](
+        codes, labels, rows_t, group_t, w_t, nlev, loff, out,
+        m, d, L, C, G, tiles_per_prog,
+        codes.stride(0), codes.stride(1),
+        HAS_ROWS=rows is not None, HAS_GROUP=group is not None, HAS_W=floating, PRIVATE=private,
+        BLOCK_N=BLOCK_N, BLOCK_D=BLOCK_D, BINS=BINS, num_warps=num_warps,
+    )
+    return out.reshape(G, L, C)
+
+
+def histogram_contingency(codes, n_levels, labels, n_classes, weights=None, *, strategy="auto"):
+    """Triton twin of :func:`gpumine.counting._ops.histogram_contingency`: ``(sum(n_levels), n_classes)``."""
+    return grouped_histogram(codes, n_levels, labels, n_classes, None, None, 1, weights, strategy=strategy)[0]
