@@ -56,6 +56,26 @@ def test_csv_fast_path_equals_line_by_line_and_selects_columns(tmp_path):
         list(iter_records(path, columns="z"))
 
 
+def test_csv_blocks_parse_like_line_by_line_with_every_kind_of_odd_line():
+    from gpumine.stream._sources import CsvParser, _parse_lines
+
+    rng = np.random.default_rng(1)
+    odd = [b"", b"   ", b"1,2", b"1,2,3,4", b"nan,1,2", b"1,inf,2", b"x,1,2", b'"1",2,3', b'"1,5",2,3', b"1_0,2,3",
+           b"1,,3", b"1,2,3\r", b"\r", b" 1, 2 ,3", b"1e400,0,0", b"-0,1e-5,+2"]
+    lines = [b"a,b,c"]
+    for i in range(3000):
+        lines.append(odd[rng.integers(len(odd))] if rng.random() < 0.05 else b"%.6f,%.6f,%.6f" % tuple(rng.normal(size=3)))
+    text = b"\n".join(lines) + b"\n"
+    for columns in (None, "c,a"):
+        batches = list(iter_records(io.BytesIO(text), columns=columns))  # 64 KiB reads: several blocks
+        ref = _parse_lines(CsvParser(columns=columns), text[:-1].split(b"\n"), 0)[0]
+        X = np.concatenate([b.X for b in batches])
+        np.testing.assert_array_equal(X, ref.X)
+        assert np.concatenate([b.lines for b in batches]).tolist() == ref.lines.tolist()
+        assert [e for b in batches for e in b.errors] == ref.errors
+        assert len(ref.errors) > 50 and X.shape[0] > 2800
+
+
 def test_jsonl_records_objects_and_arrays():
     text = (b'{"a": 1, "b": 2.5, "id": "p"}\n{"a": 2, "b": "x"}\nnope\n{"b": 1}\n'
             b'{"a": 3, "b": 4, "id": 7}\n[1, 2]\n')
@@ -138,6 +158,18 @@ def test_usage_errors_exit_2_with_one_line(tmp_path, capsys):
     assert "--decay do not apply to --method sliding" in capsys.readouterr().err
 
 
+def test_reader_errors_reach_the_command_and_the_package_loads_lazily(tmp_path, capsys):
+    path = tmp_path / "in.csv"
+    path.write_text("1,2\n3,4\n")
+    assert main([str(path), "--columns", "z", "--device", "cpu"]) == 2  # raised in the reading thread
+    assert "column 'z' is a name, but the CSV has no header" in capsys.readouterr().err
+    code = ("import sys, gpumine.stream as s; assert 'gpumine.stream._streaming' not in sys.modules; "
+            "assert s.StreamingLOF.__name__ == 'StreamingLOF' and 'gpumine.stream._streaming' in sys.modules; "
+            "assert 'make_drifting_stream' in dir(s)\n"
+            "try:\n    s.nope\nexcept AttributeError:\n    pass\nelse:\n    raise SystemExit(1)")
+    subprocess.run([sys.executable, "-c", code], env=ENV, check=True)
+
+
 def test_register_adds_the_stream_command():
     parser = argparse.ArgumentParser(prog="gpumine")
     sub = parser.add_subparsers(dest="command")
@@ -210,6 +242,27 @@ def test_ctrl_c_scores_the_partial_window_and_saves_state(tmp_path):
     finally:
         proc.kill()
     assert load_detector(state).n_seen_ == 6
+
+
+def test_ctrl_c_while_scoring_scores_everything_read_so_far(tmp_path):
+    rows = make_drifting_stream(3000, seed=6)[0]
+    state = tmp_path / "state.npz"
+    proc = subprocess.Popen([*CMD, "-", "--window", "500", "-k", "5", "--device", "cpu", "--state", str(state)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    try:
+        proc.stdin.write(_csv(rows).encode())  # all at once; the pipe stays open
+        proc.stdin.flush()
+        first = _read_lines(proc, 501)
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stdout.read().decode().strip().split("\n")
+        assert proc.wait(timeout=60) == 0
+        err = proc.stderr.read().decode()
+        assert "stopped by Ctrl-C" in err and "Traceback" not in err
+    finally:
+        proc.kill()
+    numbers = [int(r.split(",")[0]) for r in first[1:] + [r for r in rest if r]]
+    assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) >= 500  # one record out per record in, in order
+    assert load_detector(state).n_seen_ == len(numbers)
 
 
 def test_max_latency_scores_a_partial_window_when_input_stalls():

@@ -13,11 +13,20 @@
 The command line is ``gpumine stream`` (or ``python -m gpumine.stream``).
 """
 
-from ._binning import BinnedSummary
-from ._sources import RecordBatch, iter_records
-from ._streaming import SlidingWindowLOF, StreamingLOF, load_detector
-from ._synthetic import make_drifting_stream
-from ._threshold import parse_threshold
+import importlib
+
+# Names are imported on first use (PEP 562), so ``python -m gpumine.stream`` can start
+# reading its input while the detector's modules (the kNN engine, scikit-learn) load.
+_LAZY = {
+    "BinnedSummary": "._binning",
+    "RecordBatch": "._sources",
+    "iter_records": "._sources",
+    "SlidingWindowLOF": "._streaming",
+    "StreamingLOF": "._streaming",
+    "load_detector": "._streaming",
+    "make_drifting_stream": "._synthetic",
+    "parse_threshold": "._threshold",
+}
 
 __all__ = [
     "StreamingLOF",
@@ -29,3 +38,16 @@ __all__ = [
     "make_drifting_stream",
     "parse_threshold",
 ]
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

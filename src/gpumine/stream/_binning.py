@@ -12,11 +12,12 @@ original coordinates — the virtual points.
 
 Update after each window (:meth:`BinnedSummary.update`):
 
-1. widen the running range with the window; if it widened, re-map the kept
-   bins by the new bin of their mean and merge bins that now coincide
-   (counts added, means count-weighted). Points of one old bin that would
-   now fall into different bins cannot be split (only their mean is kept);
-2. count the window's points per bin (``torch.unique`` + segment sums);
+1. widen the running range with the window; if it widened, the kept bins are
+   re-mapped by the new bin of their mean, and bins that now coincide merge
+   below (counts added, means count-weighted). Points of one old bin that
+   would now fall into different bins cannot be split (only their mean is
+   kept);
+2. count the window's points per bin;
 3. decay: a kept bin whose count in this window is below
    ``sparse_ratio`` times the mean count of the window's non-empty bins
    (absent bins included) gets ``C <- decay * C``;
@@ -24,9 +25,15 @@ Update after each window (:meth:`BinnedSummary.update`):
 5. bound memory: drop bins with ``C < min_count``, then keep the
    ``max_bins`` largest counts (ties to the lower key).
 
-Counts and means are float64; all work stays on the summary's device, and
-the per-bin sums are segment reductions over key-sorted rows (no atomics), so
-the summary is the same run to run.
+Counts and means are float64; all work stays on the summary's device. One
+stable sort of the old bins' keys together with the window's codes groups
+both (old bins first within a bin), and one segment reduction over the
+key-sorted rows gives the window's per-bin sums and the old bins' weighted
+sums at once (no atomics on floats, so the summary is the same run to run).
+The update waits for the device once, to learn how many bins are kept; the
+"did the range widen" test, the decay and the pruning stay on the device.
+When the range widens, old bins that come to share a bin are decayed one by
+one and then added (rather than added, then decayed): equal up to rounding.
 """
 
 from __future__ import annotations
@@ -38,14 +45,29 @@ __all__ = ["BinnedSummary"]
 _MAX_CODE = 2**62
 
 
-def _segment_sums(values: torch.Tensor, inverse: torch.Tensor, n: int) -> torch.Tensor:
-    """Sums of ``values`` rows grouped by ``inverse`` (0..n-1), in a fixed order on every device.
+def _sorted_groups(words: torch.Tensor):
+    """Group equal keys: ``(order, segment)`` for keys given as int64 ``words`` (n, n_words).
 
-    (``index_add_`` on a GPU adds with atomics, in an order that changes run to run.)
+    ``order`` sorts the rows by their words lexicographically (first word most
+    significant), stably, so equal keys keep their input order;
+    ``segment[i]`` is the group number (0, 1, ... in key order) of the row
+    ``order[i]``. No host synchronisation.
     """
-    order = torch.argsort(inverse, stable=True)
-    lengths = torch.bincount(inverse, minlength=n)
-    return torch.segment_reduce(values[order], "sum", lengths=lengths, axis=0)
+    n, n_words = words.shape
+    if n_words == 1:
+        ranked, order = torch.sort(words[:, 0], stable=True)
+        differs = ranked[1:] != ranked[:-1]
+    else:
+        order = None
+        for j in reversed(range(n_words)):  # least significant word first (LSD radix order)
+            column = words[:, j] if order is None else words[order, j]
+            step = torch.sort(column, stable=True).indices
+            order = step if order is None else order[step]
+        ranked = words[order]
+        differs = (ranked[1:] != ranked[:-1]).any(1)
+    segment = torch.zeros(n, dtype=torch.int64, device=words.device)
+    torch.cumsum(differs, 0, out=segment[1:])
+    return order, segment
 
 
 class BinnedSummary:
@@ -77,12 +99,26 @@ class BinnedSummary:
         self.keys = torch.empty(key_shape, dtype=torch.int64, device=device)
         self.counts = torch.empty(0, dtype=torch.float64, device=device)
         self.means = torch.empty((0, self.n_features), dtype=torch.float64, device=device)
-        if not self.row_keys:
+        if self.row_keys:
+            # interval rows are packed into int64 words of `per` digits each, the first
+            # dimension most significant, so the words sort like the rows (lexicographically)
+            per = 1
+            while self.bins_per_dim ** (per + 1) <= _MAX_CODE:
+                per += 1
+            self._per_word = per
+            self._n_words = -(-self.n_features // per)
+            self._word_radix = self.bins_per_dim ** torch.arange(per - 1, -1, -1, dtype=torch.int64, device=device)
+        else:
             self._radix = self.bins_per_dim ** torch.arange(self.n_features, dtype=torch.int64, device=device)
-        self.n_remaps = 0
+        self._n_remaps = torch.zeros((), dtype=torch.int64, device=device)
 
     def __len__(self) -> int:
         return self.counts.shape[0]
+
+    @property
+    def n_remaps(self) -> int:
+        """How many updates re-mapped the kept bins because the range widened."""
+        return int(self._n_remaps)
 
     @property
     def width(self) -> torch.Tensor:
@@ -93,9 +129,9 @@ class BinnedSummary:
     def intervals(self, X: torch.Tensor) -> torch.Tensor:
         """Interval number 0..bins_per_dim-1 of every coordinate (int64), under the current range."""
         span = self.hi - self.lo
-        safe = torch.where(span > 0, span, torch.ones_like(span))
-        unit = (X.to(torch.float64) - self.lo) / safe
-        unit = torch.where(span > 0, unit, torch.zeros_like(unit))
+        spread = span > 0
+        # a dimension without spread (so far) is all in interval 0
+        unit = (X.to(torch.float64) - self.lo) / torch.where(spread, span, 1.0) * spread
         return torch.floor(unit * self.bins_per_dim).clamp_(0, self.bins_per_dim - 1).to(torch.int64)
 
     def codes(self, X: torch.Tensor) -> torch.Tensor:
@@ -105,35 +141,17 @@ class BinnedSummary:
             return intervals
         return (intervals * self._radix).sum(1)
 
-    @staticmethod
-    def _unique(keys: torch.Tensor):
-        if keys.ndim == 2:
-            return torch.unique(keys, dim=0, sorted=True, return_inverse=True)
-        return torch.unique(keys, sorted=True, return_inverse=True)
+    def _words(self, keys: torch.Tensor) -> torch.Tensor:
+        """Keys as (n, n_words) int64 words that sort and compare like the keys."""
+        if not self.row_keys:
+            return keys[:, None]
+        n = keys.shape[0]
+        pad = self._n_words * self._per_word - self.n_features
+        if pad:
+            keys = torch.cat([keys, keys.new_zeros((n, pad))], 1)
+        return (keys.reshape(n, self._n_words, self._per_word) * self._word_radix).sum(2)
 
     # -- update ------------------------------------------------------------------------
-    def _merge_same_keys(self, keys, counts, sums):
-        """Merge rows with equal keys: counts added, count-weighted sums added."""
-        uniq, inverse = self._unique(keys)
-        n = uniq.shape[0]
-        return uniq, _segment_sums(counts, inverse, n), _segment_sums(sums, inverse, n)
-
-    def widen(self, X: torch.Tensor) -> bool:
-        """Widen the running range with ``X``; re-map the bins if it changed. Returns whether it did."""
-        Xd = X.to(torch.float64)
-        lo = torch.minimum(self.lo, Xd.amin(0))
-        hi = torch.maximum(self.hi, Xd.amax(0))
-        changed = bool(((lo != self.lo) | (hi != self.hi)).any())
-        if not changed:
-            return False
-        self.lo, self.hi = lo, hi
-        if len(self):
-            keys = self.codes(self.means)
-            self.keys, self.counts, sums = self._merge_same_keys(keys, self.counts, self.means * self.counts[:, None])
-            self.means = sums / self.counts[:, None]
-            self.n_remaps += 1
-        return True
-
     def update(
         self,
         X: torch.Tensor,
@@ -146,41 +164,61 @@ class BinnedSummary:
         """Add a window ``X`` (on the summary's device) to the summary; see the module docstring."""
         if X.shape[0] == 0:
             return
-        X = X.to(self.device)
-        self.widen(X)
-        Xd = X.to(torch.float64)
-        window_keys, inverse = self._unique(self.codes(Xd))
-        n_window_bins = window_keys.shape[0]
-        c_w = torch.bincount(inverse, minlength=n_window_bins).to(torch.float64)
-        s_w = _segment_sums(Xd, inverse, n_window_bins)
+        Xd = X.to(self.device, torch.float64)
+        w, d = Xd.shape
         m = len(self)
-        if m == 0:
-            keys, counts, sums = window_keys, c_w, s_w
+        # 1. widen the range; the old bins' keys are their means' codes under the new range
+        #    where it widened (decided on the device: no host round trip)
+        low, high = torch.aminmax(Xd, dim=0)
+        lo, hi = torch.minimum(self.lo, low), torch.maximum(self.hi, high)
+        changed = ((lo != self.lo) | (hi != self.hi)).any()
+        self.lo, self.hi = lo, hi
+        if m:
+            all_keys = self.codes(torch.cat([self.means, Xd]))
+            old_keys = torch.where(changed, all_keys[:m], self.keys)
+            all_keys = torch.cat([old_keys, all_keys[m:]])
+            self._n_remaps += changed
         else:
-            # align old bins and window bins on the union of their keys
-            union, pos = self._unique(torch.cat([self.keys, window_keys]))
-            pos_old, pos_new = pos[:m], pos[m:]
-            n = union.shape[0]
-            c_here = torch.zeros(n, dtype=torch.float64, device=self.device).index_add_(0, pos_new, c_w)
-            old_counts = self.counts.clone()
-            # under-populated in this window (absent bins have count 0): fade
-            sparse = c_here[pos_old] < sparse_ratio * c_w.mean()
-            old_counts = torch.where(sparse, old_counts * decay, old_counts)
-            counts = c_here.index_add_(0, pos_old, old_counts)
-            sums = torch.zeros((n, self.n_features), dtype=torch.float64, device=self.device)
-            sums.index_add_(0, pos_new, s_w).index_add_(0, pos_old, self.means * old_counts[:, None])
-            keys = union
-        keep = counts >= min_count if min_count > 0 else torch.ones_like(counts, dtype=torch.bool)
-        if max_bins is not None and int(keep.sum()) > max_bins:
-            # the max_bins largest counts; a stable sort keeps the lower key first among equal counts
-            order = torch.sort(torch.where(keep, counts, torch.full_like(counts, -1.0)), descending=True, stable=True).indices
+            all_keys = self.codes(Xd)
+        # 2. group old bins and window points by key (old bins first within a group)
+        n = m + w
+        order, segment = _sorted_groups(self._words(all_keys))
+        ones = torch.ones(n, dtype=torch.int64, device=self.device)
+        lengths = torch.zeros(n, dtype=torch.int64, device=self.device).index_add_(0, segment, ones)
+        rows = torch.zeros((n, 2 * d + 1), dtype=torch.float64, device=self.device)
+        rows[m:, :d] = Xd
+        if m:
+            # 3. decay: old bins under-populated in this window (absent ones: count 0)
+            position = torch.empty_like(order).scatter_(0, order, torch.arange(n, device=self.device))
+            old_group = segment[position[:m]]
+            n_old = torch.zeros(n, dtype=torch.int64, device=self.device).index_add_(0, old_group, ones[:m])
+            c = (lengths - n_old).to(torch.float64)  # window points per group (exact)
+            mean_c = c.sum() / (c > 0).sum()  # mean count of the window's non-empty bins
+            sparse = c[old_group] < sparse_ratio * mean_c
+            faded = torch.where(sparse, self.counts * decay, self.counts)
+            rows[:m, d : 2 * d] = self.means * faded[:, None]
+            rows[:m, 2 * d] = faded
+        else:
+            c = lengths.to(torch.float64)
+        # 4. per-group sums of the key-sorted rows: [window sums | old weighted sums | old counts]
+        sums = torch.segment_reduce(rows[order], "sum", lengths=lengths, axis=0, unsafe=True)
+        counts = c + sums[:, 2 * d]
+        totals = sums[:, :d] + sums[:, d : 2 * d]
+        # 5. bound memory: groups past the last one are empty; min_count; the max_bins largest counts
+        keep = torch.arange(n, device=self.device) <= segment[-1]
+        if min_count > 0:
+            keep &= counts >= min_count
+        if max_bins is not None and max_bins < n:
+            # a stable sort keeps the lower key first among equal counts
+            ranked = torch.sort(torch.where(keep, counts, -1.0), descending=True, stable=True).indices
             chosen = torch.zeros_like(keep)
-            chosen[order[:max_bins]] = True
-            keep = chosen
-        if not bool(keep.all()):
-            keys, counts, sums = keys[keep], counts[keep], sums[keep]
-        self.keys, self.counts = keys, counts
-        self.means = sums / counts[:, None] if counts.numel() else sums
+            chosen[ranked[:max_bins]] = True
+            keep &= chosen
+        kept = keep.nonzero().squeeze(1)  # the one wait for the device
+        # a group's key is the key of its first sorted row (segment ids ascend)
+        self.keys = all_keys[order[torch.searchsorted(segment, kept)]]
+        self.counts = counts[kept]
+        self.means = totals[kept] / self.counts[:, None]
 
     # -- state -------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -211,5 +249,5 @@ class BinnedSummary:
             raise ValueError("the summary in the state file holds non-positive counts or non-finite means")
         s.keys, s.counts, s.means = keys.to(device), counts.to(device), means.to(device)
         s.lo, s.hi = lo.to(device), hi.to(device)
-        s.n_remaps = int(state.get("n_remaps", 0))
+        s._n_remaps = torch.tensor(int(state.get("n_remaps", 0)), dtype=torch.int64, device=device)
         return s

@@ -11,6 +11,12 @@ renamed), from which the next run resumes.
 
 Exit codes: 0 after end of input or Ctrl-C; 2 for bad usage or input that
 cannot be read at all (one line on stderr).
+
+Throughput: records are read and parsed in a background thread
+(:class:`_ReadAhead`, at most 32 reads of about 2 MiB ahead), which
+overlaps the scoring and, at start-up, the loading of the detector (a
+second thread starts the CUDA context meanwhile); the output of a window is
+formatted in one go. On Ctrl-C the records already read are scored too.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ import argparse
 import json
 import math
 import os
+import queue
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -209,8 +217,10 @@ class _Writer:
             if echo:
                 rows = (f"{n},{s},{int(f)}," + ",".join(_csv_cell(v) for v in e) + "\n"
                         for n, s, f, e in zip(lines.tolist(), score_text, flags.tolist(), echo))
-            else:
-                rows = map("{},{:.9g},{}\n".format, lines.tolist(), scores.tolist(), flags.astype(np.int8).tolist())
+            else:  # one %-format over the whole window (faster than a format call per record)
+                fields = [None] * (3 * len(lines))
+                fields[0::3], fields[1::3], fields[2::3] = lines.tolist(), scores.tolist(), flags.astype(np.int8).tolist()
+                rows = [("%d,%.9g,%d\n" * len(lines)) % tuple(fields)]
         else:
             names = [json.dumps(n) for n in self.echo_names]
 
@@ -228,7 +238,7 @@ class _Writer:
 
 # -- the loop ------------------------------------------------------------------------------------
 class _Stop:
-    """SIGINT: interrupt a blocked read at once; otherwise finish the current window first."""
+    """SIGINT: interrupt a wait for records at once; otherwise finish the current window first."""
 
     def __init__(self):
         self.requested = False
@@ -254,6 +264,94 @@ class _Stop:
         return False
 
 
+class _Failed:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+class _ReadAhead:
+    """Reads and parses records in a background thread, up to ``max_batches`` batches ahead.
+
+    Parsing (pandas' C reader, NumPy) and waiting for input mostly run without
+    the GIL, so they overlap the scoring, and at start-up the loading of the
+    detector. Batches come out in order; a reader error is raised by
+    :meth:`get`. Memory: at most ``max_batches`` batches (each at most one
+    read of about 2 MiB of text) wait in the queue.
+    """
+
+    _END = object()
+
+    def __init__(self, make_records, max_batches: int, may_block: bool = True):
+        self.queue: queue.Queue = queue.Queue(max_batches)
+        self.may_block = may_block  # the input can wait forever (a pipe, a terminal), unlike a regular file
+        self.reading = [False]  # the reader is blocked waiting for input (nothing read is pending)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(make_records,), name="gpumine-stream-reader", daemon=True)
+        self.thread.start()
+
+    def _run(self, make_records) -> None:
+        try:
+            records = make_records(self.reading)
+            try:
+                for batch in records:
+                    self.queue.put(batch)
+                    if self.stop.is_set():
+                        break
+            finally:
+                records.close()
+        except BaseException as exc:  # handed to the consumer
+            self.queue.put(_Failed(exc))
+        self.queue.put(self._END)
+
+    def get(self, waiting: list):
+        """The next batch (None at the end of input); ``waiting[0]`` is True while blocked."""
+        while True:
+            waiting[0] = True
+            try:
+                item = self.queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            finally:
+                waiting[0] = False
+            if item is self._END:
+                return None
+            if isinstance(item, _Failed):
+                raise item.exc
+            return item
+
+    def drain(self) -> list:
+        """After a stop: the batches already read (queued, or being parsed), not those still to come."""
+        self.stop.set()
+        batches = []
+        while True:
+            try:
+                item = self.queue.get(timeout=0.02)
+            except queue.Empty:
+                if ((self.reading[0] and self.may_block) or not self.thread.is_alive()) and self.queue.empty():
+                    return batches
+                continue
+            if item is self._END or isinstance(item, _Failed):
+                return batches
+            batches.append(item)
+
+
+_READ_AHEAD_BATCHES = 32
+
+
+def _warm_device(spec) -> None:
+    """Create the CUDA context and a cuBLAS handle (seconds on some hosts) while the modules load."""
+    try:
+        import torch
+
+        spec = "auto" if spec is None else str(spec)
+        if (spec == "auto" or spec.startswith("cuda")) and torch.cuda.is_available():
+            device = torch.device("cuda" if spec == "auto" else spec)
+            a = torch.ones((8, 8), device=device)
+            (a @ a).sum().item()
+    except Exception:  # noqa: BLE001 - only a head start: the detector reports real device errors
+        pass
+
+
 def run(args) -> int:
     """Handler of ``gpumine stream`` (see the module docstring)."""
     from ._sources import iter_records
@@ -265,7 +363,28 @@ def run(args) -> int:
     out_fmt = args.output_format or fmt
     if args.state is not None and not args.state.parent.is_dir():
         raise FileNotFoundError(f"--state {args.state}: folder {args.state.parent} does not exist; create it first")
-    detector, resumed = _make_detector(args)
+
+    # the device starts, and input is read and parsed, from now on while the detector loads
+    warm = threading.Thread(target=_warm_device, args=(args.device,), name="gpumine-stream-device", daemon=True)
+    warm.start()
+    try:
+        return _run(args, fmt, out_fmt, iter_records)
+    finally:
+        warm.join(timeout=60)  # never leave the process while the device is starting
+
+
+def _run(args, fmt, out_fmt, iter_records) -> int:
+    def make_records(reading):
+        return iter_records(args.input, format=fmt, columns=args.columns, echo=args.echo, header=args.header,
+                            delimiter=args.delimiter, max_latency=args.max_latency, waiting=reading)
+
+    may_block = args.input in (None, "-") or not os.path.isfile(args.input)
+    reader = _ReadAhead(make_records, _READ_AHEAD_BATCHES, may_block)
+    try:
+        detector, resumed = _make_detector(args)
+    except BaseException:
+        reader.stop.set()
+        raise
     dtype = np.float64 if (detector.dtype_ is not None and str(detector.dtype_) == "torch.float64") or (
         detector.dtype_ is None and args.dtype == "float64") else np.float32
     window = detector.window_size
@@ -311,25 +430,31 @@ def run(args) -> int:
             detector.save(args.state)
 
     parser_echo_names = [[]]
+
+    def take(batch) -> None:
+        nonlocal n_pending
+        report(batch.errors)
+        if batch.idle:
+            if n_pending:
+                score(n_pending)
+        elif len(batch):
+            if not parser_echo_names[0] and batch.echo is not None:
+                parser_echo_names[0] = _echo_names(args)
+            pending_X.append(batch.X)
+            pending_lines.append(batch.lines)
+            if batch.echo is not None:
+                pending_echo.extend(batch.echo)
+            n_pending += len(batch)
+            while n_pending >= window:
+                score(window)
+
     with _Stop() as stop:
-        records = iter_records(args.input, format=fmt, columns=args.columns, echo=args.echo, header=args.header,
-                               delimiter=args.delimiter, max_latency=args.max_latency, waiting=stop.waiting)
         try:
-            for batch in records:
-                report(batch.errors)
-                if batch.idle:
-                    if n_pending:
-                        score(n_pending)
-                elif len(batch):
-                    if not parser_echo_names[0] and batch.echo is not None:
-                        parser_echo_names[0] = _echo_names(args)
-                    pending_X.append(batch.X)
-                    pending_lines.append(batch.lines)
-                    if batch.echo is not None:
-                        pending_echo.extend(batch.echo)
-                    n_pending += len(batch)
-                    while n_pending >= window:
-                        score(window)
+            while True:
+                batch = reader.get(stop.waiting)
+                if batch is None:
+                    break
+                take(batch)
                 if stop.requested:
                     stopped = True
                     break
@@ -337,13 +462,15 @@ def run(args) -> int:
             stopped = True
         except BrokenPipeError:
             broken_pipe = True
-        finally:
-            records.close()
         try:
+            if stopped:  # what was read before the stop is scored too
+                for batch in reader.drain():
+                    take(batch)
             if n_pending and not broken_pipe:
                 score(n_pending)
         except BrokenPipeError:
             broken_pipe = True
+        reader.stop.set()
         if args.state is not None:
             detector.save(args.state)
     if broken_pipe:

@@ -3,10 +3,12 @@
 :func:`iter_records` reads raw bytes as soon as the operating system has them
 (``os.read`` on the file descriptor, so a pipe that stays open delivers each
 line when it is written, not when a buffer fills), cuts complete lines, and
-parses them in batches: a vectorised parse (pandas' C reader) for
-well-formed CSV, a line-by-line parse where a batch holds anything odd, so
-each malformed record is named with its line number and reason and skipped
-while the rest go on. With ``max_latency`` it also says when no record has
+parses them in batches: CSV blocks are cut into lines and checked (field
+counts, blank lines) with NumPy over the raw bytes and parsed by pandas' C
+reader in one call per block; only the lines that are odd (a wrong field
+count, a value that is not a finite number, quotes) go through a
+line-by-line parse, so each malformed record is named with its line number
+and reason and skipped while the rest go on. With ``max_latency`` it also says when no record has
 arrived for that long, so a caller can score a partial window.
 
 Formats
@@ -38,6 +40,7 @@ import math
 import os
 import select
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -175,6 +178,111 @@ class CsvParser:
             return fast
         return self._parse_slow(lines, numbers, errors)
 
+    def parse_block(self, block: bytes, line_no: int) -> tuple[RecordBatch, int]:
+        """Parse the complete lines of ``block`` (no final newline) that follow line ``line_no``.
+
+        Returns the batch and the number of the block's last line. Well-formed
+        lines are parsed by one vectorised call; odd lines one by one (blank
+        lines skipped silently, malformed ones reported).
+        """
+        if self.n_fields is None:
+            # the first non-blank line settles the header and the columns; the rest goes on as usual
+            pos = 0
+            while True:
+                end = block.find(b"\n", pos)
+                if block[pos : len(block) if end < 0 else end].strip() or end < 0:
+                    break
+                pos = end + 1
+            if end < 0:
+                return _parse_lines(self, block.split(b"\n"), line_no)
+            head, line_no = _parse_lines(self, block[:end].split(b"\n"), line_no)
+            rest, line_no = self.parse_block(block[end + 1 :], line_no)
+            return _join_batches(head, rest), line_no
+        if not self.echo:
+            parsed = self._parse_block_fast(block, line_no)
+            if parsed is not None:
+                return parsed
+        return _parse_lines(self, block.split(b"\n"), line_no)
+
+    def _parse_block_fast(self, block: bytes, line_no: int) -> tuple[RecordBatch, int] | None:
+        """The vectorised parse of a block and its last line number, or None where it does not apply."""
+        if b'"' in block or (b"\r" in block and block.count(b"\r") != block.count(b"\r\n")):
+            return None  # quoted fields, or a carriage return that does not end a line
+        # fields per line from the delimiter count of each line (one pass over the bytes)
+        raw = np.frombuffer(block + b"\n", dtype=np.uint8)
+        ends = np.flatnonzero(raw == 10)
+        n_lines = ends.shape[0]
+        starts = np.empty(n_lines, dtype=np.int64)
+        starts[0] = 0
+        starts[1:] = ends[:-1] + 1
+        is_delim = (raw == self._delim[0]).view(np.uint8)
+        n_delim = np.add.reduceat(is_delim, starts, dtype=np.int64)
+        n_delim[ends == starts] = -1  # empty lines (reduceat does not give 0 for them)
+        good = n_delim == self.n_fields - 1
+        numbers = np.arange(line_no + 1, line_no + n_lines + 1, dtype=np.int64)
+        lines = None
+        if good.all():
+            data = self._read_numbers(block, n_lines)
+            if data is None:
+                return None
+            finite = np.isfinite(data).all(1)
+            if finite.all():  # the common case: every line a record
+                return RecordBatch(data, numbers, None, []), line_no + n_lines
+        else:
+            lines = block.split(b"\n")
+            kept = np.flatnonzero(good)
+            data = self._read_numbers(b"\n".join([lines[i] for i in kept.tolist()]), kept.size) if kept.size else None
+            if kept.size and data is None:
+                return None
+            finite = np.isfinite(data).all(1) if kept.size else np.zeros(0, dtype=bool)
+        X = np.empty((n_lines, len(self.features)), dtype=np.float64)
+        ok = good.copy()
+        if data is not None:
+            X[good] = data
+            ok[np.flatnonzero(good)[~finite]] = False
+        # the odd lines, one by one: blank ones are skipped silently, the others parsed or reported
+        errors: list = []
+        if lines is None:
+            lines = block.split(b"\n")
+        odd_lines, odd_index = [], []
+        for i in np.flatnonzero(~ok).tolist():
+            line = lines[i][:-1] if lines[i].endswith(b"\r") else lines[i]
+            if line.strip():
+                odd_lines.append(line)
+                odd_index.append(i)
+        if odd_lines:
+            slow = self._parse_slow(odd_lines, numbers[odd_index], errors)
+            X[slow.lines - line_no - 1] = slow.X
+            ok[slow.lines - line_no - 1] = True
+        return RecordBatch(X[ok], numbers[ok], None, errors), line_no + n_lines
+
+    def _read_numbers(self, text: bytes, n_rows: int) -> np.ndarray | None:
+        """The feature columns of well-formed CSV ``text`` as float64 (NaN for an empty or "nan" field)."""
+        usecols = sorted(set(self.features))
+        try:
+            import pandas as pd
+        except ImportError:  # NumPy's reader: slower, same results
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # "empty input" for a block of blank lines
+                    data = np.loadtxt(io.BytesIO(text), delimiter=self.delimiter, dtype=np.float64,
+                                      usecols=self.features, ndmin=2, comments=None)
+            except ValueError:
+                return None
+            return data if data.shape == (n_rows, len(self.features)) else None
+        try:
+            frame = pd.read_csv(io.BytesIO(text + b"\n"), header=None, names=list(range(self.n_fields)), index_col=False,
+                                sep=self.delimiter, usecols=usecols if len(usecols) < self.n_fields else None,
+                                dtype=np.float64, engine="c", skip_blank_lines=False, quoting=csv.QUOTE_NONE)
+        except (ValueError, pd.errors.ParserError):
+            return None  # a field that is not a number: line by line
+        if frame.shape != (n_rows, len(usecols)):
+            return None
+        data = frame.to_numpy(dtype=np.float64)
+        if usecols != self.features:
+            data = data[:, [usecols.index(j) for j in self.features]]
+        return np.ascontiguousarray(data)  # (pandas hands out column-major blocks)
+
     def _first(self, lines, numbers, errors):
         first = self._fields(lines[0])
         is_header = self.header == "yes"
@@ -194,20 +302,9 @@ class CsvParser:
         delim = self._delim
         if any(line.count(delim) != self.n_fields - 1 for line in lines):
             return None
-        import pandas as pd
-
-        usecols = sorted(set(self.features))
-        try:
-            frame = pd.read_csv(io.BytesIO(b"\n".join(lines) + b"\n"), header=None, sep=self.delimiter,
-                                usecols=usecols, dtype=np.float64, engine="c", skip_blank_lines=False,
-                                quoting=csv.QUOTE_NONE)
-        except (ValueError, pd.errors.ParserError):
+        data = self._read_numbers(b"\n".join(lines), len(lines))
+        if data is None:
             return None
-        if frame.shape != (len(lines), len(usecols)):
-            return None
-        data = frame.to_numpy(dtype=np.float64)
-        if usecols != self.features:
-            data = data[:, [usecols.index(j) for j in self.features]]
         if not np.isfinite(data).all():
             return None
         echo = None
@@ -242,6 +339,12 @@ class CsvParser:
         d = len(self.features)
         X = np.asarray(rows, dtype=np.float64).reshape(len(rows), d)
         return RecordBatch(X, np.asarray(kept, dtype=np.int64), echo if self.echo else None, errors)
+
+
+def _join_batches(a: RecordBatch, b: RecordBatch) -> RecordBatch:
+    echo = None if a.echo is None and b.echo is None else (a.echo or []) + (b.echo or [])
+    return RecordBatch(np.concatenate([a.X, b.X]) if len(a) else b.X, np.concatenate([a.lines, b.lines]), echo,
+                       a.errors + b.errors)
 
 
 def _is_finite_number(text) -> bool:
@@ -475,16 +578,22 @@ def iter_records(
                 tail = data
                 continue
             tail = data[cut + 1 :]
-            batch, line_no = _parse_lines(parser, data[:cut].split(b"\n"), line_no)
+            batch, line_no = _parse_block(parser, data[:cut], line_no)
             if len(batch) or batch.errors:
                 yield batch
         if tail:
-            batch, line_no = _parse_lines(parser, [tail], line_no)
+            batch, line_no = _parse_block(parser, tail, line_no)
             if len(batch) or batch.errors:
                 yield batch
     finally:
         if close:
             stream.close()
+
+
+def _parse_block(parser, block: bytes, line_no: int):
+    if isinstance(parser, CsvParser):
+        return parser.parse_block(block, line_no)
+    return _parse_lines(parser, block.split(b"\n"), line_no)
 
 
 def _parse_lines(parser, raw_lines: list[bytes], line_no: int):

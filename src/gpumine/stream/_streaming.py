@@ -93,6 +93,11 @@ __all__ = ["StreamingLOF", "SlidingWindowLOF", "load_detector"]
 _STATE_VERSION = 1
 
 
+def _finite_median(values: torch.Tensor) -> torch.Tensor:
+    """Median (the lower one for an even count) of the finite values, NaN when none; no host round trip."""
+    return torch.nanmedian(torch.where(values.abs() < float("inf"), values, float("nan")))
+
+
 def _check_int(value, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer >= {minimum}; got {value!r} of type {type(value).__name__}")
@@ -145,7 +150,10 @@ class _WindowedLOF(abc.ABC):
         self._cache = None
         self.last_scores_ = None
         self.last_flags_ = None
-        self.lrd_ref_: float | None = None  # median lrd of the last window's points (more than k of them)
+        # median lrd of the last window's points (more than k of them), a 0-d device tensor
+        # (NaN: no finite lrd yet) so that setting it does not wait for the device
+        self._lrd_ref: torch.Tensor | None = None
+        self._lrd_ref_finite = False  # known (on the host) to hold a finite value
 
     # -- parameters and subclass hooks ---------------------------------------------------
     def _params(self) -> dict:
@@ -184,6 +192,14 @@ class _WindowedLOF(abc.ABC):
     def threshold_(self) -> float:
         """The current LOF cut-off (inf before any score with the running kinds)."""
         return float(self._threshold.value())
+
+    @property
+    def lrd_ref_(self) -> float | None:
+        """Median lrd of the last full window's points (None before any), for the virtual points' lrd."""
+        if self._lrd_ref is None:
+            return None
+        value = float(self._lrd_ref)
+        return None if math.isnan(value) else value
 
     @property
     def n_buffered_(self) -> int:
@@ -249,9 +265,8 @@ class _WindowedLOF(abc.ABC):
             self._note_duplicates(n_zero)
         natural = local_reachability_density(dist, index, kdist, duplicates=self.duplicates)
         if window and n_real > self.n_neighbors:
-            finite = natural[:n_real][torch.isfinite(natural[:n_real])]
-            if finite.numel():
-                self.lrd_ref_ = float(finite.median())
+            median = _finite_median(natural[:n_real])  # NaN when no lrd is finite: keep the last one
+            self._lrd_ref = median if self._lrd_ref is None else torch.where(torch.isnan(median), self._lrd_ref, median)
         lrd = natural
         if R.shape[0] > n_real:
             lrd = torch.cat([natural[:n_real], self._reference_lrd(natural[n_real:])])
@@ -344,7 +359,7 @@ class _WindowedLOF(abc.ABC):
         if not self._buffered:
             empty = torch.empty(0, dtype=torch.float64, device=self.device_)
             return empty, empty.bool()
-        X = torch.cat(self._buffer)
+        X = torch.cat(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
         self._buffer, self._buffered = [], 0
         return self._process(X)
 
@@ -441,7 +456,9 @@ class _WindowedLOF(abc.ABC):
         self.n_windows_ = int(meta["n_windows"])
         self.n_seen_ = int(meta["n_seen"])
         self.n_duplicate_points_ = int(meta.get("n_duplicate_points", 0))
-        self.lrd_ref_ = None if meta.get("lrd_ref") is None else float(meta["lrd_ref"])
+        lrd_ref = meta.get("lrd_ref")
+        self._lrd_ref = None if lrd_ref is None else torch.tensor(float(lrd_ref), dtype=torch.float64, device=self.device_)
+        self._lrd_ref_finite = False
         thr = dict(meta["threshold_state"])
         if "threshold_hist" in arrays:
             thr["hist"] = arrays["threshold_hist"]
@@ -551,11 +568,13 @@ class StreamingLOF(_WindowedLOF):
         return self.summary_.means.to(self.dtype_)
 
     def _reference_lrd(self, natural_lrd: torch.Tensor) -> torch.Tensor:
-        if self.lrd_ref_ is None:  # no window of real points yet: the virtual points' own lrd
-            ref = natural_lrd[torch.isfinite(natural_lrd)]
-            lrd_ref = float(ref.median()) if ref.numel() else 1.0
-        else:
-            lrd_ref = self.lrd_ref_
+        if self._lrd_ref is not None and not self._lrd_ref_finite:
+            # once finite it stays finite (a NaN median keeps the last value): asked once per stream
+            self._lrd_ref_finite = bool(torch.isfinite(self._lrd_ref))
+        if self._lrd_ref_finite:
+            lrd_ref = self._lrd_ref
+        else:  # no finite lrd of a window of real points yet: the virtual points' own median (1 if none)
+            lrd_ref = torch.nan_to_num(_finite_median(natural_lrd), nan=1.0)
         weight = torch.log1p(self.summary_.counts)
         return (self.virtual_lrd_scale * lrd_ref) * weight / weight.mean()
 

@@ -66,38 +66,47 @@ def parse_threshold(spec) -> tuple[str, float]:
 
 
 class Threshold:
-    """Running statistics of LOF scores and the cut-off they give (see the module docstring)."""
+    """Running statistics of LOF scores and the cut-off they give (see the module docstring).
+
+    The statistics are device tensors and :meth:`update`, :meth:`value` and
+    :meth:`flags` never wait for the device (no host round trip per window).
+    """
 
     def __init__(self, spec, device: torch.device):
         self.kind, self.param = parse_threshold(spec)
         self.device = device
-        self.n = 0
+        self.count = torch.zeros((), dtype=torch.int64, device=device)  # finite scores seen
         self.total = torch.zeros((), dtype=torch.float64, device=device)
         self.hist = torch.zeros(_BINS, dtype=torch.int64, device=device) if self.kind == "quantile" else None
+        self._fixed = torch.full((), self.param, dtype=torch.float64, device=device) if self.kind == "fixed" else None
+
+    @property
+    def n(self) -> int:
+        """How many finite scores the statistics hold."""
+        return int(self.count)
 
     def update(self, lof: torch.Tensor) -> None:
         lof = lof.to(torch.float64)
-        finite = torch.isfinite(lof)
-        if not bool(finite.all()):
-            lof = lof[finite]
-        self.n += int(lof.numel())
-        self.total += lof.sum()
+        finite = lof.abs() < float("inf")  # (isfinite in two kernels instead of four)
+        self.count += finite.sum()
+        self.total += torch.where(finite, lof, 0.0).sum()
         if self.hist is not None and lof.numel():
             pos = ((torch.log2(lof.clamp(min=2.0**_LOG_MIN)) - _LOG_MIN) / _WIDTH).floor().clamp_(0, _BINS - 1)
-            self.hist += torch.bincount(pos.to(torch.int64), minlength=_BINS)
+            pos = torch.where(finite, pos, 0.0).to(torch.int64)
+            self.hist.index_add_(0, pos, finite.to(torch.int64))  # integer adds: exact in any order
 
     def value(self) -> torch.Tensor:
         """The current cut-off as a 0-d float64 tensor (+inf before any score for the running kinds)."""
         if self.kind == "fixed":
-            return torch.tensor(self.param, dtype=torch.float64, device=self.device)
-        if self.n == 0:
-            return torch.tensor(float("inf"), dtype=torch.float64, device=self.device)
+            return self._fixed
         if self.kind == "mean":
-            return self.total / self.n
-        cum = torch.cumsum(self.hist, 0)
-        target = torch.tensor(math.ceil(self.param * self.n), dtype=torch.int64, device=self.device)
-        b = torch.searchsorted(cum, target.clamp(min=1).reshape(1)).clamp(max=_BINS - 1)[0]
-        return torch.exp2(_LOG_MIN + (b.to(torch.float64) + 1) * _WIDTH)
+            cut = self.total / self.count
+        else:
+            cum = torch.cumsum(self.hist, 0)
+            target = torch.ceil(self.param * self.count.to(torch.float64)).to(torch.int64).clamp(min=1)
+            b = torch.searchsorted(cum, target.reshape(1)).clamp(max=_BINS - 1)[0]
+            cut = torch.exp2(_LOG_MIN + (b.to(torch.float64) + 1) * _WIDTH)
+        return torch.where(self.count > 0, cut, float("inf"))
 
     def flags(self, lof: torch.Tensor) -> torch.Tensor:
         return lof.to(torch.float64) > self.value()
@@ -109,7 +118,7 @@ class Threshold:
         return state
 
     def load_state(self, state: dict) -> None:
-        self.n = int(state["n"])
+        self.count = torch.tensor(int(state["n"]), dtype=torch.int64, device=self.device)
         self.total = torch.tensor(float(state["total"]), dtype=torch.float64, device=self.device)
         if self.hist is not None:
             hist = torch.as_tensor(state.get("hist"), dtype=torch.int64)
