@@ -113,7 +113,7 @@ def test_search_over_many_references_equals_torch_twin(kind, metric):
         assert_knn_matches(*own, X, X, 5, metric, exclude_self=True)
 
 
-@pytest.mark.parametrize("d", [1, 17, 65])
+@pytest.mark.parametrize("d", [1, 17, 40, 65])
 @pytest.mark.parametrize("splits", [1, 3])
 def test_prepared_l2_rows_and_reference_splits(d, splits):
     # prepared L2 rows are scored by tl.dot, raw rows by direct differences; splits merge per-split lists
@@ -130,3 +130,15 @@ def test_prepared_l2_rows_and_reference_splits(d, splits):
     raw_v, raw_i = fused_candidates(Q, R, 8, metric_name="euclidean", splits=splits, **BLOCKS)
     exact = m.exact_scores(Q, R.unsqueeze(0))
     torch.testing.assert_close(raw_v, torch.sort(exact, dim=1).values[:, :8], rtol=1e-5, atol=1e-5)
+
+
+def test_lof_on_the_fused_kernel_equals_torch_twin():
+    from gpumine.outliers import LocalOutlierFactor
+
+    X = _data("random", 300 * SCALE if ON_GPU else 120, 4, 11)
+    fused = LocalOutlierFactor(n_neighbors=7, device=DEVICE, backend="triton").fit(X)
+    twin = LocalOutlierFactor(n_neighbors=7, device=DEVICE, backend="torch").fit(X)
+    np.testing.assert_array_equal(fused.negative_outlier_factor_, twin.negative_outlier_factor_)
+    novelty = LocalOutlierFactor(n_neighbors=7, novelty=True, device=DEVICE, backend="triton").fit(X[:80])
+    twin_novelty = LocalOutlierFactor(n_neighbors=7, novelty=True, device=DEVICE, backend="torch").fit(X[:80])
+    np.testing.assert_array_equal(novelty.score_samples(X[80:]), twin_novelty.score_samples(X[80:]))

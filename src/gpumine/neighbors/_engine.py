@@ -66,12 +66,12 @@ def fused_unsupported(metric: Metric, dtype: torch.dtype, k: int, n_ref: int) ->
 
 
 # Where backend="auto" takes the fused kernel, by measurement on an H200 (BENCHMARKS.md,
-# 2026-11-21): the tensor-core dot path beat the torch engine 3.5x for all-kNN of
-# 262,144 x 8, 3.4x for 1M x 10 at k = 20 and 1.9x at k = 50, but lost at d = 64 / 65
-# (one 16-wide feature chunk per tl.dot at d <= 15, five at d = 65), and small
+# 2026-11-21): the tensor-core dot path beat the torch engine 3.3-3.6x for all-kNN of
+# 262,144 points at d = 4 and 8, 3.4x for 1M x 10 at k = 20 and 1.9x at k = 50, but not
+# at d = 16 (400 ms, two 16-wide feature steps per tl.dot) nor at d = 32 / 64 / 65; small
 # searches are launch- and compile-bound.
 AUTO_FUSED_METRICS = ("euclidean", "sqeuclidean", "cosine", "inner_product")
-AUTO_FUSED_MAX_FEATURES = 31
+AUTO_FUSED_MAX_FEATURES = 15
 AUTO_FUSED_MIN_PAIRS = 1 << 26
 
 
@@ -276,7 +276,7 @@ def knn_search(
     fused = backend == "triton"
     if fused:
         c = fused_candidate_count(k, n_ref)
-    plan = plan_tiles(n_query, n_ref, d, c, ref.element_size(), budget_bytes)
+    plan = retry_plan = plan_tiles(n_query, n_ref, d, c, ref.element_size(), budget_bytes)
     if fused:
         # the fused kernel keeps only (queries x c) candidates and no tile: one block holds
         # many queries, and resident references go to one launch as a whole
@@ -284,6 +284,7 @@ def knn_search(
         plan = TilePlan(query_rows=min(n_query, _FUSED_QUERY_ROWS), ref_rows=n_ref if whole else plan.ref_rows,
                         budget_bytes=budget_bytes)
     refs = _References(ref, metric, plan.ref_rows, device)
+    retry_refs = None  # retries run the torch selection, on its own (narrower) reference tiles
     n_fallback = n_retried = 0
     n_blocks = -(-n_query // plan.query_rows)
     with Progress(total=n_blocks, desc="kneighbors", verbose=verbose) as bar:
@@ -299,24 +300,27 @@ def knn_search(
             # rows the certificate could not settle (exact ties or duplicates around the
             # k-th place): retry with 8x the candidates, then scan exactly as a last resort
             c_retry = c
+            if failed.numel() and retry_refs is None:
+                retry_refs = refs if retry_plan.ref_rows == plan.ref_rows else _References(ref, metric, retry_plan.ref_rows, device)
             while failed.numel() and c_retry < min(n_ref, _MAX_RETRY_CANDIDATES):
                 c_retry = min(n_ref, 8 * c_retry, _MAX_RETRY_CANDIDATES)
                 n_retried += failed.numel()
                 # more candidates per row: fewer rows at a time, so the tile stays in budget
-                step = max(1, plan.budget_bytes // tile_bytes(1, plan.ref_rows, d, c_retry, Q.element_size()))
+                step = max(1, plan.budget_bytes // tile_bytes(1, retry_plan.ref_rows, d, c_retry, Q.element_size()))
                 still_failed = []
                 for s0 in range(0, failed.numel(), step):
                     rows = failed[s0 : s0 + step]
                     Qf, Qpf = Q[rows], _take_rows(Qp, rows)
-                    cs, ci = _candidates(Qpf, refs, ids[rows], c_retry, exclude_self)
-                    f_scores, f_index, ok = _rerank(Qf, Qpf, cs, ci, refs, metric, k, c_retry, n_ref, ids[rows], exclude_self, plan)
+                    cs, ci = _candidates(Qpf, retry_refs, ids[rows], c_retry, exclude_self)
+                    f_scores, f_index, ok = _rerank(Qf, Qpf, cs, ci, retry_refs, metric, k, c_retry, n_ref, ids[rows], exclude_self,
+                                                    plan)
                     settled = rows[ok]
                     scores[settled], index[settled] = f_scores[ok], f_index[ok]
                     still_failed.append(rows[~ok])
                 failed = torch.cat(still_failed)
             if failed.numel():
                 n_fallback += failed.numel()
-                f_scores, f_index = _exact_scan(Q[failed], ids[failed], refs, metric, k, exclude_self, plan.budget_bytes)
+                f_scores, f_index = _exact_scan(Q[failed], ids[failed], retry_refs, metric, k, exclude_self, plan.budget_bytes)
                 scores[failed] = f_scores
                 index[failed] = f_index
             out_scores[q0 : q0 + Q.shape[0]] = scores.to(result_device)

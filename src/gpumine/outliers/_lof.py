@@ -224,7 +224,7 @@ def local_reachability_density(dist: torch.Tensor, indices: torch.Tensor, k_dist
     mean = reach.mean(1)
     if duplicates == "sklearn":
         mean = mean + _SKLEARN_EPS
-    return 1.0 / mean
+    return torch.reciprocal(mean)
 
 
 def local_outlier_factor(lrd_query: torch.Tensor, indices: torch.Tensor, lrd_ref: torch.Tensor) -> torch.Tensor:
@@ -239,7 +239,7 @@ def local_outlier_factor(lrd_query: torch.Tensor, indices: torch.Tensor, lrd_ref
     tensor([0.5000, 2.0000])
     """
     ratio = lrd_ref[indices].mean(1) / lrd_query
-    return torch.where(torch.isnan(ratio), torch.ones_like(ratio), ratio)
+    return torch.nan_to_num(ratio, nan=1.0, posinf=float("inf"), neginf=float("-inf"))
 
 
 def lof_from_knn(
@@ -275,6 +275,7 @@ def lof_fit(
     duplicates: str = "distinct",
     verbose=None,
     warn: bool = True,
+    backend: str = "torch",
 ) -> LOFFit:
     """LOF of every row of ``X`` among the others, on ``device`` (the exact kNN engine does the search).
 
@@ -284,7 +285,7 @@ def lof_fit(
     check_lof_metric(metric)
     check_duplicates_rule(duplicates)
     scores, indices = knn_search(X, X, n_neighbors, metric, exclude_self=True, device=device,
-                                 budget_bytes=budget_bytes, result_device=device, verbose=verbose)
+                                 budget_bytes=budget_bytes, result_device=device, verbose=verbose, backend=backend)
     fit = lof_from_knn(metric.to_distance(scores), indices, X, metric, duplicates=duplicates,
                        device=device, budget_bytes=budget_bytes)
     if warn:

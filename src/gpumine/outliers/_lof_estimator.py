@@ -20,9 +20,9 @@ from sklearn.utils._available_if import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from .._validation import check_array, check_n_features, check_n_neighbors, output_kind, to_output
-from ..config import resolve_backend, resolve_device, working_memory_bytes
+from ..config import resolve_device, working_memory_bytes
 from ..core.distance import get_metric
-from ..neighbors._engine import knn_search
+from ..neighbors._engine import choose_backend, knn_search
 from ..neighbors._estimators import _check_feature_names, _KNeighborsBase
 from ._lof import LOFFit, check_duplicates_rule, check_lof_metric, lof_fit, lof_score, warn_duplicates
 
@@ -71,6 +71,10 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
         Accepted for compatibility; no effect.
     device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
     backend : {"auto", "torch", "triton"}, default="auto"
+        Kernel of the kNN search: ``"triton"`` the fused kernel (float32;
+        euclidean, sqeuclidean, manhattan, cosine, inner product), ``"auto"``
+        takes it on CUDA where it measured faster (see
+        :func:`gpumine.neighbors.kneighbors`). Results are identical.
     working_memory : float, optional
         MiB for one tile's temporaries (see :mod:`gpumine.config`).
     verbose : int, optional
@@ -181,8 +185,9 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
         self.n_neighbors_ = max(1, min(int(self.n_neighbors), n_samples - 1))
         self.effective_metric_params_ = {"p": self._metric.p} if self._metric.name == "minkowski" else {}
         budget = working_memory_bytes(self.working_memory, self.device_)
+        backend = choose_backend(self.backend, self.device_, self._metric, self._fit_X.dtype, self.n_neighbors_, n_samples)
         fit = lof_fit(self._fit_X, self.n_neighbors_, self._metric, device=self.device_, budget_bytes=budget,
-                      duplicates=self.duplicates, verbose=self.verbose, warn=False)
+                      duplicates=self.duplicates, verbose=self.verbose, warn=False, backend=backend)
         warn_duplicates(fit, stacklevel=2)
         # novelty scoring needs only the k-distances and lrd: drop the (n, k) kNN arrays
         self._lof_fit = LOFFit(fit.distances[:0], fit.indices[:0], fit.k_distance, fit.lrd, fit.lof,
@@ -270,6 +275,8 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
             self._fit_X, query, self.n_neighbors_, self._metric, exclude_self=False, device=self.device_,
             budget_bytes=working_memory_bytes(self.working_memory, self.device_),
             result_device=self.device_, verbose=self.verbose,
+            backend=choose_backend(self.backend, self.device_, self._metric, self._fit_X.dtype, self.n_neighbors_,
+                                   self.n_samples_fit_),
         )
         lof, _ = lof_score(self._metric.to_distance(scores), index, self._lof_fit)
         return (-lof).to(out_dtype), kind
@@ -338,8 +345,8 @@ def lof_scores(
     metric_obj = check_lof_metric(get_metric(metric, p))
     check_duplicates_rule(duplicates)
     dev = resolve_device(device)
-    resolve_backend(backend, dev, has_triton_kernel=False)
+    engine_backend = choose_backend(backend, dev, metric_obj, X_t.dtype, k, X_t.shape[0])
     fit = lof_fit(X_t, k, metric_obj, device=dev, budget_bytes=working_memory_bytes(working_memory, dev),
-                  duplicates=duplicates, verbose=verbose, warn=False)
+                  duplicates=duplicates, verbose=verbose, warn=False, backend=engine_backend)
     warn_duplicates(fit, stacklevel=2)
     return to_output(fit.lof.to(X_t.dtype), kind)

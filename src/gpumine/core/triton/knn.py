@@ -168,6 +168,20 @@ def default_blocks(d: int, C: int, score: int) -> tuple[int, int, int]:
     return (32, 32, 4) if C <= 64 else (16, 32, 4)
 
 
+def default_block_k(d: int) -> int:
+    """Features per ``tl.dot`` step for ``d`` prepared features.
+
+    All features in one step up to 64 (at least 16, tl.dot's smallest): on an H200
+    (2026-11-21, all-kNN 262,144 points, kernel only) 17 and 25 prepared features
+    took 97 ms in one 32-wide step against 386-392 ms in two 16-wide ones, and 33
+    took 150 ms in one 64-wide step against 531 ms (16) and 1.13 s (32). Above 64,
+    16-wide steps were the least slow (65 features: 0.79 s against 1.5-2.5 s).
+    """
+    if d > 64:
+        return 16
+    return max(16, 1 << (d - 1).bit_length())
+
+
 def fused_candidates(
     Q: torch.Tensor,
     R: torch.Tensor,
@@ -183,6 +197,7 @@ def fused_candidates(
     num_warps: int | None = None,
     splits: int | None = None,
     precision: str | None = None,
+    block_k: int | None = None,
 ):
     """Best ``C >= c`` candidates of every query among the rows of ``R``, in one launch.
 
@@ -200,7 +215,7 @@ def fused_candidates(
     exclude_self : bool
         Skip the pair (query ``i``, reference ``j``) when
         ``i + self_offset == j + ref_offset``.
-    block_m, block_n, num_warps, splits : int, optional
+    block_m, block_n, num_warps, splits, block_k : int, optional
         Launch shape; by default from :func:`default_blocks`, and ``splits``
         so that small query sets still give every SM work.
     precision : {"tf32x3", "ieee"}, optional
@@ -256,7 +271,7 @@ def fused_candidates(
         n_query, n_ref, refs_per_split, ref_offset, self_offset,
         *q_strides, *r_strides, scores.stride(0),
         D=d, SCORE=score, EXCLUDE_SELF=exclude_self,
-        C=C, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=16, PRECISION=precision or DOT_PRECISION, num_warps=num_warps,
+        C=C, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k or default_block_k(d), PRECISION=precision or DOT_PRECISION, num_warps=num_warps,
     )
     if splits > 1:
         scores, index = topk_by_score_then_index(scores, index, C)
