@@ -334,7 +334,7 @@ def _histogram_kernel(
         tl.atomic_add(out_ptr + dst, acc.to(out_ptr.dtype.element_ty), mask=keep)
 
 
-PRIVATE_MAX_BINS = 256  # one-hot private histograms beyond this cost more in compares than atomics save
+PRIVATE_MAX_BINS = 256  # the private histogram compares every entry with every bin: capped
 
 
 def grouped_histogram(codes, n_levels, labels, n_classes, rows, group, n_groups, weights=None, *, strategy="auto"):
@@ -347,7 +347,9 @@ def grouped_histogram(codes, n_levels, labels, n_classes, rows, group, n_groups,
     ``strategy``: ``"private"`` (a per-program histogram in registers, when one
     column's ``n_groups * n_levels[j] * n_classes`` bins fit in
     ``PRIVATE_MAX_BINS``), ``"atomic"`` (one global atomic per entry), or
-    ``"auto"`` (private when it fits).
+    ``"auto"`` (atomic: on an H200, 2026-11-21, the 2,458,285 x 68 NB table with
+    8 classes took 4.9 ms by atomics, 325 ms by private histograms and 6.3 ms
+    by ``torch.bincount``).
     """
     if strategy not in ("auto", "private", "atomic"):
         raise ValueError(f"strategy must be 'auto', 'private' or 'atomic'; got {strategy!r}")
@@ -371,7 +373,7 @@ def grouped_histogram(codes, n_levels, labels, n_classes, rows, group, n_groups,
     if m == 0 or d == 0 or L == 0 or C == 0 or G == 0:
         return out.reshape(G, L, C)
     max_bins = G * max(int(k) for k in n_levels) * C
-    private = strategy == "private" or (strategy == "auto" and max_bins <= PRIVATE_MAX_BINS)
+    private = strategy == "private"
     if private and max_bins > PRIVATE_MAX_BINS:
         raise ValueError(f"strategy='private' needs n_groups * max(n_levels) * n_classes <= {PRIVATE_MAX_BINS}; "
                          f"got {max_bins}; use strategy='atomic' or 'auto'")

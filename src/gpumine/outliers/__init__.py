@@ -9,9 +9,7 @@
 """
 
 from ._distance_based import DistanceOutliers, top_n_outliers
-from ._distance_detector import DistanceOutlierDetector
 from ._lof import DuplicatesWarning
-from ._lof_estimator import LocalOutlierFactor, lof_scores
 
 __all__ = [
     "top_n_outliers",
@@ -21,3 +19,20 @@ __all__ = [
     "lof_scores",
     "DuplicatesWarning",
 ]
+
+# the estimators need scikit-learn (about a second to import): loaded on first use, so
+# the streaming CLI, which needs only the LOF arithmetic, starts without it
+_LAZY = {"DistanceOutlierDetector": "._distance_detector", "LocalOutlierFactor": "._lof_estimator",
+         "lof_scores": "._lof_estimator"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))
