@@ -67,8 +67,9 @@ def test_ties_go_to_the_lower_index_and_self_is_excluded():
 
 @pytest.mark.parametrize("kind", ["random", "integer", "duplicates"])
 @pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean", "manhattan", "cosine", "inner_product"] if ON_GPU else ["euclidean", "cosine"])
-def test_search_with_fused_kernel_equals_torch_twin(kind, metric):
-    X = _data(kind, 150 * SCALE if ON_GPU else 40, 4, 3)
+@pytest.mark.parametrize("d", [2, 4])  # L2 at d = 2 is scored by direct differences, at 4 by tl.dot
+def test_search_with_fused_kernel_equals_torch_twin(kind, metric, d):
+    X = _data(kind, 150 * SCALE if ON_GPU else 40, d, 3)
     for k in (1, 7):
         fused = kneighbors(X, k=k, metric=metric, device=DEVICE, backend="triton")
         twin = kneighbors(X, k=k, metric=metric, device=DEVICE, backend="torch")
@@ -142,3 +143,21 @@ def test_lof_on_the_fused_kernel_equals_torch_twin():
     novelty = LocalOutlierFactor(n_neighbors=7, novelty=True, device=DEVICE, backend="triton").fit(X[:80])
     twin_novelty = LocalOutlierFactor(n_neighbors=7, novelty=True, device=DEVICE, backend="torch").fit(X[:80])
     np.testing.assert_array_equal(novelty.score_samples(X[80:]), twin_novelty.score_samples(X[80:]))
+
+
+def test_low_dimensional_l2_is_certified_with_relative_bounds():
+    # a dense 2-d cluster and a few far points (as Gaussian tails): the tile form's absolute error
+    # bound (|x|^2 + max |y|^2) dwarfs the cluster's neighbour distances, the direct form's relative
+    # bound does not
+    rng = np.random.default_rng(12)
+    X = (rng.standard_normal((3000 if ON_GPU else 400, 2)) * 1e-3).astype(np.float32)
+    X[:5] = rng.standard_normal((5, 2)) * 100.0
+    Xt = torch.from_numpy(X).to(DEVICE)
+    stats = {}
+    d_f, i_f = knn_search(Xt, Xt, 5, get_metric("euclidean"), exclude_self=True, device=torch.device(DEVICE),
+                          budget_bytes=2**26, result_device=torch.device(DEVICE), stats=stats, backend="triton")
+    assert stats["rows_retried"] <= X.shape[0] // 50, stats
+    d_t, i_t = knn_search(Xt, Xt, 5, get_metric("euclidean"), exclude_self=True, device=torch.device(DEVICE),
+                          budget_bytes=2**26, result_device=torch.device(DEVICE), backend="torch")
+    assert torch.equal(i_f, i_t) and torch.equal(d_f, d_t)
+    assert_knn_matches(d_f.sqrt().cpu().numpy(), i_f.cpu().numpy(), X, X, 5, "euclidean", exclude_self=True)

@@ -192,6 +192,17 @@ class Metric:
             return b, b
         return gamma * cth.abs(), gamma * kth.abs()
 
+    def relative_bounds(self, d: int, kth: torch.Tensor, cth: torch.Tensor):
+        """Per-row bounds (low, high) for scores summed from direct per-feature terms.
+
+        Each term (a difference, squared or absolute) is non-negative with a
+        relative rounding error, so a float32 sum of ``d`` of them is within
+        ``(d + 2) u`` of its value relative to itself; the factor 4 (as in
+        :meth:`bounds`) covers both the candidate's and the exact form's rounding.
+        """
+        gamma = 4.0 * (d + 4) * _unit_roundoff(kth.dtype, kth.device, False)
+        return gamma * cth.abs(), gamma * kth.abs()
+
     def ref_scale(self, R: dict) -> torch.Tensor:
         """The reference-side quantity ``bounds`` needs: a 0-d tensor on the rows' device
         (max over the given prepared rows), so no host synchronisation is needed."""

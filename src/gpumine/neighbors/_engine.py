@@ -295,7 +295,8 @@ def knn_search(
                 cand_scores, cand_index = _candidates_fused(Q, Qp, refs, q0, c, exclude_self)
             else:
                 cand_scores, cand_index = _candidates(Qp, refs, ids, c, exclude_self)
-            scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, ids, exclude_self, plan)
+            scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, ids, exclude_self, plan,
+                                               direct=fused and _scores_directly(metric, d))
             failed = (~certified).nonzero().squeeze(1)
             # rows the certificate could not settle (exact ties or duplicates around the
             # k-th place): retry with 8x the candidates, then scan exactly as a last resort
@@ -367,11 +368,12 @@ def _candidates(Qp: dict, refs: _References, query_ids: torch.Tensor, c: int, ex
 def _candidates_fused(Q, Qp, refs: _References, q0: int, c: int, exclude_self: bool):
     """The Triton twin of :func:`_candidates` (same contract, one launch per reference tile).
 
-    Manhattan is scored from raw rows by direct differences; L2, cosine and
-    inner product from the prepared rows (one dot product per pair, on data
-    centred by the engine, as the torch path's tiles).
+    Manhattan, and L2 at up to ``DIRECT_L2_MAX_FEATURES`` features, are scored
+    from raw rows by direct differences; L2, cosine and inner product otherwise
+    from the prepared rows (one dot product per pair, on data centred by the
+    engine, as the torch path's tiles).
     """
-    direct = not refs.metric.uses_matmul
+    direct = _scores_directly(refs.metric, Q.shape[1])
     queries = Q if direct else Qp["rows"]
     tiles = refs.raw_tiles() if direct else ((r0, R["rows"]) for r0, R in refs.prepared_tiles())
     values = index = None
@@ -382,12 +384,32 @@ def _candidates_fused(Q, Qp, refs: _References, q0: int, c: int, exclude_self: b
     return values, index
 
 
-def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids, exclude_self, plan):
-    """Exact scores of the candidates, the best k by (score, index), and which rows are certified."""
+def _scores_directly(metric: Metric, d: int) -> bool:
+    """Whether the fused kernel scores this search by direct differences (see ``DIRECT_L2_MAX_FEATURES``)."""
+    return not metric.uses_matmul or (metric.name in ("euclidean", "sqeuclidean") and d <= DIRECT_L2_MAX_FEATURES)
+
+
+# At this many features or fewer the fused kernel scores L2 by direct differences, whose error
+# is relative to the distance itself. The tile form's error grows with |x|^2 + max |y|^2: on an
+# H200 (2026-11-21), all-kNN of 1M 2-d Gaussian points failed that certificate on 65-94 % of
+# the rows (k-th squared distances ~1e-5 against a bound ~4e-5), and the torch retries took
+# 6.6-8.3 s.
+DIRECT_L2_MAX_FEATURES = 3
+
+
+def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids, exclude_self, plan, direct=False):
+    """Exact scores of the candidates, the best k by (score, index), and which rows are certified.
+
+    ``direct``: the candidate scores are direct-difference sums (the fused
+    kernel's low-dimensional L2), whose error bound is relative to the score.
+    """
     q, d = Q.shape
     kth = torch.topk(cand_scores, k, dim=1, largest=False, sorted=False).values.amax(1)
     cth = cand_scores.amax(1)
-    low, high = metric.bounds(Qp, refs.scale, d, Q.device, kth, cth)
+    if direct:
+        low, high = metric.relative_bounds(d, kth, cth)
+    else:
+        low, high = metric.bounds(Qp, refs.scale, d, Q.device, kth, cth)
     # an infinite or NaN largest candidate can only come from overflow (padding means every
     # reference is a candidate, handled below), so it must not certify a row
     certified = cth - low > kth + high
