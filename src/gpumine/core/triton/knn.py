@@ -90,7 +90,10 @@ if triton is not None:
                     acc += tl.abs(qj[:, None] - rj[None, :])
         return acc
 
-    @triton.jit
+    # sizes and offsets are not specialised on (divisibility by 16 is Triton's default): every
+    # query count would otherwise pick one of two compiled variants, and a first call of the
+    # other (1-2 s of compilation) landed inside a benchmark's timed slice
+    @triton.jit(do_not_specialize=["n_query", "n_ref", "refs_per_split", "ref_offset", "self_offset"])
     def _fused_candidates_kernel(
         Q, R, OUT_SCORE, OUT_INDEX,
         n_query, n_ref, refs_per_split, ref_offset, self_offset,
