@@ -45,6 +45,7 @@ __all__ = [
     "histogram_contingency",
 ]
 
+from .._lazy import lazy_exports
 from ._itemsets import association_rules, frequent_itemsets
 
 __all__ += ["CategoricalNB", "C45Classifier", "frequent_itemsets", "association_rules"]
@@ -53,14 +54,4 @@ __all__ += ["CategoricalNB", "C45Classifier", "frequent_itemsets", "association_
 # commands that do not count (the streaming CLI) start without it
 _LAZY = {"CategoricalNB": "._nb", "C45Classifier": "._c45"}
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        from importlib import import_module
-
-        return getattr(import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

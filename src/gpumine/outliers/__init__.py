@@ -8,6 +8,7 @@
   conventions, on the kNN engine, with a deliberate rule for duplicates (seed 001).
 """
 
+from .._lazy import lazy_exports
 from ._distance_based import DistanceOutliers, top_n_outliers
 from ._lof import DuplicatesWarning
 
@@ -25,14 +26,4 @@ __all__ = [
 _LAZY = {"DistanceOutlierDetector": "._distance_detector", "LocalOutlierFactor": "._lof_estimator",
          "lof_scores": "._lof_estimator"}
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        from importlib import import_module
-
-        return getattr(import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
