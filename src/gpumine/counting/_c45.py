@@ -777,110 +777,321 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         Training instances of a node are rebuilt by routing its parent's, with
         fractional weights for missing values (split fractions from the routed
         instances' known values, as Weka's ``resetDistribution``).
+
+        Vectorised, with the arithmetic of the node-by-node recursion kept to the
+        bit: the instances of every node are routed once, top-down, as (row, node,
+        weight) entries; the nodes are then decided in batches of equal height
+        (disjoint subtrees, children first), the largest branches' estimates of all
+        nodes of a batch coming from one level-by-level routing of their instances.
+        Within a node, entries keep the recursion's order (known values first, then
+        the missing ones, each in the parent's order), so every weighted count is
+        summed in the same order; sums of estimates over branches are nested as in
+        the recursion.
         """
         import sys
 
         T = self._tree
         cf = float(self.confidence)
         C = T.C
-        n_known = self._cols.n_known
-        nominal = self._cols.nominal
-        inner = np.flatnonzero(T.nchild[:T.n] > 0)
-        used = np.unique(T.attr[inner]) if inner.size else np.zeros(0, dtype=np.int64)
-        col = {int(j): codes[:, int(j)].cpu().numpy() for j in used}
-        yh = y.cpu().numpy()
+        NN = T.n
+        maxk = T.maxk
+        n_known = np.asarray(self._cols.n_known, dtype=np.int64)
+        nominal = np.asarray(self._cols.nominal, dtype=bool)
+        cod = codes.cpu().numpy()
+        d = cod.shape[1]
+        codf = cod.reshape(-1)
+        yh = y.cpu().numpy().astype(np.int64)
         n = yh.shape[0]
         w0 = np.ones(n) if w is None else w.cpu().numpy().astype(np.float64)
+        # numeric split: the last level code of the left branch at the real threshold (as J48's C45Split)
+        thrl = np.full(NN, -1, dtype=np.int64)
+        inner0 = np.flatnonzero(T.nchild[:NN] > 0)
+        for j in np.unique(T.attr[inner0]):
+            if nominal[j]:
+                continue
+            sel = inner0[T.attr[inner0] == j]
+            bmax = self._cols.bin_max[int(j)]
+            thrl[sel] = np.maximum(T.thrc[sel], np.searchsorted(bmax, T.thr[sel], side="right") - 1)
+        # no value missing in the attributes tested: every row takes one path, ending in curleaf[row]
+        known_only = all(bool((cod[:, j] < n_known[j]).all()) for j in np.unique(T.attr[inner0]).tolist())
+        curleaf = np.zeros(n, dtype=np.int64)
+        et = np.zeros(NN)  # estimated errors of a finished subtree (J48's getEstimatedErrors)
+        pos_lvl = np.zeros(NN, dtype=np.int64)
+        pos_st = np.zeros(NN, dtype=np.int64)
+        pos_len = np.zeros(NN, dtype=np.int64)
+        slotmap = np.zeros(NN, dtype=np.int64)
+        per_bag = np.zeros((NN, maxk))  # the branches' weights (Weka's perBag, missing values spread)
 
-        def est(dist):
-            tot = float(dist.sum())
-            if abs(tot) < _SMALL:
-                return 0.0
-            e = tot - float(dist.max())
-            return e + add_errors(tot, e, cf)
+        def est(D):
+            """Estimated errors of the class distributions ``D`` (rows), as ``est`` of one distribution."""
+            tot = _pairwise_rows(D)
+            e = tot - (D.max(1) if D.shape[1] else np.zeros(D.shape[0]))
+            out = np.zeros(D.shape[0])
+            ok = ~(np.abs(tot) < _SMALL)
+            if ok.any():
+                out[ok] = e[ok] + _add_errors_exact(tot[ok], e[ok], cf)
+            return out
 
-        def thr_level(v):
-            bmax = self._cols.bin_max[int(T.attr[v])]
-            return max(int(T.thrc[v]), int(np.searchsorted(bmax, T.thr[v], side="right")) - 1)
+        def unique(nd):
+            if nd.size * 8 < NN:
+                return np.unique(nd)
+            flag = np.zeros(NN, dtype=bool)
+            flag[nd] = True
+            return np.flatnonzero(flag)
 
-        def kids(v):
-            f = int(T.first[v])
-            return range(f, f + int(T.nchild[v]))
+        def nested_sum(P, vals):
+            """``sum(vals[c] for c in kids(p))`` for every p of P, added in the same order."""
+            k = T.nchild[P]
+            f = T.first[P]
+            acc = np.zeros(P.size)
+            for b in range(int(k.max()) if P.size else 0):
+                m = b < k
+                acc[m] = acc[m] + vals[f[m] + b]
+            return acc
 
-        def split(v, rows, wts):
-            a, k = int(T.attr[v]), int(T.nchild[v])
-            c = col[a][rows].astype(np.int64)
+        def split(r, nd, w, U, want_bags):
+            """Route entries at inner nodes (all of ``U``, sorted unique) one level down.
+
+            Returns the children's entries (known values first, then the missing ones with
+            weight times the branch fraction, each in the given order) and, when asked or
+            when values are missing, the per-node bags ``(|U|, maxk + 1)`` and fractions.
+            """
+            a = T.attr[nd]
+            c = cod[r, a].astype(np.int64)
             miss = c >= n_known[a]
-            # numeric: the cut is at the real threshold (a training value of the whole data, perhaps beyond the
-            # node's own values), so instances routed from elsewhere compare with it as J48's C45Split does
-            br = c if nominal[a] else (c > thr_level(v)).astype(np.int64)
-            br = np.where(miss, k, br)
-            bags = np.bincount(br, wts, minlength=k + 1)
-            known = bags[:k].sum()
-            frac = bags[:k] / known if abs(known) >= _SMALL else np.full(k, 1.0 / k)
-            per_bag = bags[:k] + bags[k] * frac
-            order = np.argsort(br, kind="stable")
-            bounds = np.r_[0, np.cumsum(np.bincount(br, minlength=k + 1))]
-            mr, mw = rows[order[bounds[k]:]], wts[order[bounds[k]:]]
-            parts = []
-            for i in range(k):
-                sel = order[bounds[i]:bounds[i + 1]]
-                r, ww = rows[sel], wts[sel]
-                if mr.size and frac[i] > _SMALL:
-                    r, ww = np.concatenate([r, mr]), np.concatenate([ww, mw * frac[i]])
-                parts.append((r, ww))
-            return parts, frac, per_bag
+            br = np.where(nominal[a], c, c > thrl[nd])
+            anymiss = bool(miss.any())
+            if not anymiss and not want_bags:
+                return r, T.first[nd] + br, w, None, None
+            k_U = T.nchild[U]
+            slotmap[U] = np.arange(U.size)
+            slot = slotmap[nd]
+            br = np.where(miss, k_U[slot], br)
+            K1 = maxk + 1
+            bags = np.bincount(slot * K1 + br, w, minlength=U.size * K1).reshape(U.size, K1)
+            frac = np.zeros((U.size, maxk))
+            for k in np.unique(k_U):
+                g = np.flatnonzero(k_U == k)
+                bk = bags[g, :k]
+                known = _pairwise_rows(bk)
+                good = np.abs(known) >= _SMALL
+                fk = np.full(bk.shape, 1.0 / k)
+                fk[good] = bk[good] / known[good, None]
+                frac[g, :k] = fk
+            if not anymiss:
+                return r, T.first[nd] + br, w, bags, frac
+            keep = ~miss
+            mi = np.flatnonzero(miss)
+            F = frac[slot[mi]]
+            qi, bi = np.nonzero(F > _SMALL)
+            mr = r[mi][qi]
+            mc = T.first[nd[mi]][qi] + bi
+            mw = w[mi][qi] * F[qi, bi]
+            return (np.concatenate([r[keep], mr]), np.concatenate([(T.first[nd] + br)[keep], mc]),
+                    np.concatenate([w[keep], mw]), bags, frac)
 
-        def est_branch(v, rows, wts):
-            if rows.size == 0:
-                return 0.0
-            if not T.nchild[v]:
-                return est(np.bincount(yh[rows], wts, minlength=C))
-            parts, _, _ = split(v, rows, wts)
-            return sum(est_branch(c, r, ww) for c, (r, ww) in zip(kids(v), parts))
+        def big_branch(V, per_bag):
+            """Weka's ``Distribution.maxBag``: the last branch within 1e-6 of the running maximum."""
+            k = T.nchild[V]
+            big = np.full(V.size, -1, dtype=np.int64)
+            mx = np.zeros(V.size)
+            for b in range(int(k.max()) if V.size else 0):
+                pb = per_bag[:, b]
+                m = (b < k) & (pb - mx > -_SMALL)
+                big[m] = b
+                mx[m] = pb[m]
+            return big
 
-        def est_tree(v):
-            if not T.nchild[v]:
-                return est(T.dist[v])
-            return sum(est_tree(c) for c in kids(v))
+        def est_branches(starts, r, w):
+            """Estimated errors of the subtrees at ``starts`` (disjoint) with the given entries routed down them."""
+            val = np.zeros(NN)
+            nd = starts
+            steps, Ls, Ds = [], [], []
+            while r.size:
+                leaf = T.nchild[nd] == 0
+                if leaf.any():
+                    ln = nd[leaf]
+                    L = unique(ln)
+                    slotmap[L] = np.arange(L.size)
+                    Ls.append(L)
+                    Ds.append(np.bincount(slotmap[ln] * C + yh[r[leaf]], w[leaf],
+                                          minlength=L.size * C).reshape(L.size, C))
+                    inn = ~leaf
+                    r, nd, w = r[inn], nd[inn], w[inn]
+                    if not r.size:
+                        break
+                P = unique(nd)
+                steps.append(P)
+                r, nd, w, _, _ = split(r, nd, w, P, False)
+            if Ls:
+                val[np.concatenate(Ls)] = est(np.concatenate(Ds))
+            for P in reversed(steps):
+                val[P] = nested_sum(P, val)
+            return val
 
-        def new_distribution(v, rows, wts):
-            T.dist[v] = np.bincount(yh[rows], wts, minlength=C) if rows.size else 0.0
-            if T.nchild[v]:
-                parts, frac, _ = split(v, rows, wts)
-                T.frac[v] = 0.0
-                T.frac[v, :frac.size] = frac
-                for c, (r, ww) in zip(kids(v), parts):
-                    new_distribution(c, r, ww)
+        def est_branches_known(V, bnode, big, r, w, owner):
+            """:func:`est_branches` when no value is missing: the rows that went to the largest branch end in
+            their current leaf; only the others are routed; the leaf counts are summed in the node's order."""
+            val = np.zeros(NN)
+            if not r.size:
+                return val
+            a = T.attr[V][owner]
+            c = codf[r * d + a]
+            br = np.where(nominal[a], c, c > thrl[V][owner])
+            own = br == big[owner]
+            leafid = np.empty(r.size, dtype=np.int64)
+            leafid[own] = curleaf[r[own]]
+            pos = np.flatnonzero(~own)
+            rr, nd = r[pos], bnode[owner[pos]]
+            while pos.size:
+                leaf = T.nchild[nd] == 0
+                if leaf.any():
+                    leafid[pos[leaf]] = nd[leaf]
+                    inn = ~leaf
+                    pos, rr, nd = pos[inn], rr[inn], nd[inn]
+                    if not pos.size:
+                        break
+                a = T.attr[nd]
+                c = codf[rr * d + a]
+                nd = T.first[nd] + np.where(nominal[a], c, c > thrl[nd])
+            L = unique(leafid)
+            slotmap[L] = np.arange(L.size)
+            val[L] = est(np.bincount(slotmap[leafid] * C + yh[r], w, minlength=L.size * C).reshape(L.size, C))
+            # nested sums over the current subtrees (nodes no entry reached count 0, as in the recursion)
+            lv = [bnode[T.nchild[bnode] > 0]]
+            while lv[-1].size:
+                P = lv[-1]
+                k = T.nchild[P]
+                ch = np.repeat(T.first[P], k) + (np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k))
+                lv.append(ch[T.nchild[ch] > 0])
+            for P in reversed(lv[:-1]):
+                val[P] = nested_sum(P, val)
+            return val
 
-        def prune(v, rows, wts):
-            while T.nchild[v]:
-                parts, _, per_bag = split(v, rows, wts)
-                ks = list(kids(v))
-                for c, (r, ww) in zip(ks, parts):
-                    prune(c, r, ww)
-                big, mx = -1, 0.0
-                for i, b in enumerate(per_bag):  # Weka's Distribution.maxBag: the last within 1e-6 of the max
-                    if b - mx > -_SMALL:
-                        big, mx = i, b
-                e_branch = est_branch(ks[big], rows, wts)
-                e_leaf = est(T.dist[v])
-                e_tree = est_tree(v)
-                if e_leaf - (e_tree + 0.1) < _SMALL and e_leaf - (e_branch + 0.1) < _SMALL:
-                    T.nchild[v] = 0
-                    return
-                if not e_branch - (e_tree + 0.1) < _SMALL:
-                    return
-                b = ks[big]
-                T.attr[v], T.thr[v], T.thrc[v] = T.attr[b], T.thr[b], T.thrc[b]
-                T.first[v], T.nchild[v] = T.first[b], T.nchild[b]
-                T.parent[list(kids(v))] = v
-                new_distribution(v, rows, wts)
+        def entries_of(V, levels):
+            """The routed entries of the nodes ``V`` (each node's in its order) and their owners' positions in V."""
+            rs, ws, os = [], [], []
+            lv = pos_lvl[V]
+            for L in np.unique(lv):
+                g = np.flatnonzero(lv == L)
+                st, ln = pos_st[V[g]], pos_len[V[g]]
+                tot = int(ln.sum())
+                if not tot:
+                    continue
+                idx = np.repeat(st - np.cumsum(ln) + ln, ln) + np.arange(tot)
+                rs.append(levels[L][0][idx])
+                ws.append(levels[L][1][idx])
+                os.append(np.repeat(g, ln))
+            if not rs:
+                return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64)
+            return np.concatenate(rs), np.concatenate(ws), np.concatenate(os)
+
+        def prune_sub(roots, rows, wts, start, reset):
+            """Prune the disjoint subtrees at ``roots``, the entries ``rows``/``wts`` starting at nodes ``start``
+            (each root's entries in its order); ``reset``: recompute their distributions first (raising)."""
+            # the subtrees' nodes, level by level
+            struct = [roots]
+            while True:
+                P = struct[-1][T.nchild[struct[-1]] > 0]
+                if not P.size:
+                    break
+                k = T.nchild[P]
+                struct.append(np.repeat(T.first[P], k) + (np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)))
+            allnodes = np.concatenate(struct)
+            inner = allnodes[T.nchild[allnodes] > 0]
+            if reset:  # Weka's resetDistribution of the raised subtree (no instances: empty, even fractions)
+                T.dist[allnodes] = 0.0
+                T.frac[inner] = 0.0
+                kin = T.nchild[inner]
+                for k in np.unique(kin):
+                    T.frac[inner[kin == k], :k] = 1.0 / k
+            # every node's entries, top-down, grouped by node in the recursion's order
+            pos_len[inner] = 0
+            per_bag[inner] = 0.0
+            my_levels = []
+            r, nd, wt = rows, start, wts
+            while r.size:
+                o = np.argsort(nd, kind="stable")
+                r, nd, wt = r[o], nd[o], wt[o]
+                U, st, cnt = np.unique(nd, return_index=True, return_counts=True)
+                if reset:
+                    slotmap[U] = np.arange(U.size)
+                    T.dist[U] = np.bincount(slotmap[nd] * C + yh[r], wt, minlength=U.size * C).reshape(U.size, C)
+                isin = T.nchild[nd] > 0
+                if known_only:
+                    curleaf[r[~isin]] = nd[~isin]
+                Ui = T.nchild[U] > 0
+                U, st, cnt = U[Ui], st[Ui], cnt[Ui]
+                r, nd, wt = r[isin], nd[isin], wt[isin]
+                if not r.size:
+                    break
+                st = np.cumsum(cnt) - cnt
+                pos_lvl[U] = len(my_levels)
+                pos_st[U] = st
+                pos_len[U] = cnt
+                my_levels.append((r, wt))
+                r2, nd2, w2, bags, frac = split(r, nd, wt, U, True)
+                k = T.nchild[U]
+                b = np.arange(maxk)
+                pb = bags[:, :maxk] + bags[np.arange(U.size), k][:, None] * frac
+                pb[b[None, :] >= k[:, None]] = 0.0
+                per_bag[U] = pb
+                if reset:
+                    T.frac[U] = frac
+                r, nd, wt = r2, nd2, w2
+            leaves = allnodes[T.nchild[allnodes] == 0]
+            et[leaves] = est(T.dist[leaves])
+            # heights: children are decided before their parent
+            hn = np.zeros(NN, dtype=np.int64)
+            for lvl in reversed(struct):
+                P = lvl[T.nchild[lvl] > 0]
+                if P.size:
+                    k = T.nchild[P]
+                    f = T.first[P]
+                    hh = np.zeros(P.size, dtype=np.int64)
+                    for b in range(int(k.max())):
+                        m = b < k
+                        hh[m] = np.maximum(hh[m], hn[f[m] + b])
+                    hn[P] = hh + 1
+            hi = hn[inner]
+            for H in np.unique(hi):
+                V = inner[hi == H]
+                big = big_branch(V, per_bag[V])
+                bnode = T.first[V] + big
+                e_leaf = est(T.dist[V])
+                e_tree = nested_sum(V, et)
+                r, wt, owner = entries_of(V, my_levels)
+                if known_only:
+                    val = est_branches_known(V, bnode, big, r, wt, owner)
+                else:
+                    val = est_branches(bnode[owner], r, wt)
+                has = pos_len[V] > 0
+                e_branch = np.where(has, val[bnode], 0.0)
+                to_leaf = (e_leaf - (e_tree + 0.1) < _SMALL) & (e_leaf - (e_branch + 0.1) < _SMALL)
+                keep = ~to_leaf & ~(e_branch - (e_tree + 0.1) < _SMALL)
+                T.nchild[V[to_leaf]] = 0
+                et[V[to_leaf]] = e_leaf[to_leaf]
+                if known_only and to_leaf.any():
+                    sel = np.flatnonzero(to_leaf[owner])
+                    curleaf[r[sel]] = V[owner[sel]]
+                et[V[keep]] = e_tree[keep]
+                rs = np.flatnonzero(~to_leaf & ~keep)
+                if rs.size:
+                    # raising: the largest branch replaces the node, which is pruned again (all such nodes at once)
+                    R, B = V[rs], bnode[rs]
+                    rv, wv, ov = entries_of(R, my_levels)
+                    T.attr[R], T.thr[R], T.thrc[R] = T.attr[B], T.thr[B], T.thrc[B]
+                    thrl[R] = thrl[B]
+                    T.first[R], T.nchild[R] = T.first[B], T.nchild[B]
+                    k = T.nchild[R]
+                    T.parent[np.repeat(T.first[R], k) + (np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k))] = \
+                        np.repeat(R, k)
+                    prune_sub(R, rv, wv, R[ov], True)
 
         old = sys.getrecursionlimit()
         sys.setrecursionlimit(max(old, 4 * int(T.depth[:T.n].max()) + 200))
         try:
-            prune(0, np.arange(n), w0)
+            prune_sub(np.array([0]), np.arange(n), w0, np.zeros(n, dtype=np.int64), False)
         finally:
             sys.setrecursionlimit(old)
         # raising moves subtrees up: recompute depths of the nodes still reachable
@@ -1125,6 +1336,72 @@ def _add_errors_vec(N, e, cf):
         base = N * (1 - np.power(cf, 1 / N))
         low = base + e * (upper(N, np.ones_like(e)) - base)
         return np.where(e < 1, np.where(e == 0, base, low), upper(N, e))
+
+
+def _pairwise_rows(A):
+    """Row sums of ``A`` (2-D), each summed as NumPy sums one contiguous row (pairwise, 8 accumulators), bit for bit."""
+    A = np.asarray(A, dtype=np.float64)
+    return _pairwise(A, 0, A.shape[1])
+
+
+def _pairwise(A, lo, n):
+    if n < 8:
+        res = np.full(A.shape[0], -0.0)
+        for i in range(lo, lo + n):
+            res = res + A[:, i]
+        return res
+    if n <= 128:
+        r = A[:, lo:lo + 8].copy()
+        i = 8
+        while i < n - n % 8:
+            r += A[:, lo + i:lo + i + 8]
+            i += 8
+        res = ((r[:, 0] + r[:, 1]) + (r[:, 2] + r[:, 3])) + ((r[:, 4] + r[:, 5]) + (r[:, 6] + r[:, 7]))
+        while i < n:
+            res = res + A[:, lo + i]
+            i += 1
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _pairwise(A, lo, n2) + _pairwise(A, lo + n2, n - n2)
+
+
+def _add_errors_exact(N, e, cf):
+    """:func:`add_errors` over arrays with the same operations in the same order (``math.pow``), bit for bit."""
+    if cf > 0.5:
+        raise ValueError(f"confidence must be at most 0.5; got {cf}")
+    z = _Z_CACHE.get(cf)
+    if z is None:
+        z = _Z_CACHE[cf] = float(norm.ppf(1 - cf))
+
+    def upper(N, e):  # e >= 1
+        res = np.empty(N.shape)
+        hi = e + 0.5 >= N
+        d = N[hi] - e[hi]
+        res[hi] = np.where(0.0 > d, 0.0, d)
+        lo = ~hi
+        if lo.any():
+            N, e = N[lo], e[lo]
+            f = (e + 0.5) / N
+            r = (f + (z * z) / (2 * N) + z * np.sqrt((f / N) - (f * f / N) + (z * z / (4 * N * N)))) / (1 + (z * z) / N)
+            res[lo] = (r * N) - e
+        return res
+
+    N = np.asarray(N, dtype=np.float64)
+    e = np.asarray(e, dtype=np.float64)
+    out = np.empty(N.shape)
+    small = e < 1
+    if not small.all():
+        out[~small] = upper(N[~small], e[~small])
+    if small.any():
+        Ns, es = N[small], e[small]
+        base = Ns * (1 - np.array([math.pow(cf, 1 / x) for x in Ns.tolist()]))
+        res = base.copy()
+        nz = es != 0
+        if nz.any():
+            res[nz] = base[nz] + es[nz] * (upper(Ns[nz], np.ones(int(nz.sum()))) - base[nz])
+        out[small] = res
+    return out
 
 
 def _jnum(x):
