@@ -219,3 +219,16 @@ def test_add_errors_exact_is_add_errors():
     e[::7] = np.floor(e[::7])
     for cf in (0.1, 0.25, 0.5):
         np.testing.assert_array_equal(_add_errors_exact(N, e, cf), [add_errors(a, b, cf) for a, b in zip(N, e)])
+
+
+def test_an_all_missing_numeric_column_is_never_split_on():
+    import pandas as pd
+
+    from gpumine.counting import C45Classifier
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"a": rng.normal(size=60), "b": np.full(60, np.nan)})
+    y = (X["a"] > 0).astype(int).to_numpy()
+    tree = C45Classifier(device="cpu").fit(X, y)
+    assert "b" not in tree.export_text()
+    np.testing.assert_array_equal(tree.predict(X), y)

@@ -659,8 +659,12 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                 ratio = _ratio(gain, split_ent, total)
                 pos = torch.arange(k, device=dev)
                 pres_all = K.sum(2) > 0
-                nxt = torch.where(pres_all & (pos[None, :] > idx[:, None]), pos[None, :], torch.full_like(pres_all, k, dtype=torch.int64)).min(1).values
-                infos.append({"thr": idx.cpu().numpy(), "next": nxt.clamp_max(k - 1).cpu().numpy(),
+                if k:
+                    nxt = torch.where(pres_all & (pos[None, :] > idx[:, None]), pos[None, :],
+                                      torch.full_like(pres_all, k, dtype=torch.int64)).min(1).values.clamp_max(k - 1)
+                else:  # no known value anywhere (an all-missing column): no cut, never chosen (ok is False)
+                    nxt = torch.zeros(G, dtype=torch.int64, device=dev)
+                infos.append({"thr": idx.cpu().numpy(), "next": nxt.cpu().numpy(),
                               "bags": torch.stack([lb, rb], 1).cpu().numpy()})
             gains[:, j] = gain
             ratios[:, j] = ratio
