@@ -161,3 +161,18 @@ def test_low_dimensional_l2_is_certified_with_relative_bounds():
                           budget_bytes=2**26, result_device=torch.device(DEVICE), backend="torch")
     assert torch.equal(i_f, i_t) and torch.equal(d_f, d_t)
     assert_knn_matches(d_f.sqrt().cpu().numpy(), i_f.cpu().numpy(), X, X, 5, "euclidean", exclude_self=True)
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "cosine", "manhattan"])
+def test_retries_after_the_fused_kernel_run_on_budgeted_torch_tiles(metric):
+    # integer data: ties at the k-th place fail the certificate; the retries use the torch
+    # selection on reference tiles sized by the budget, not the fused kernel's single tile
+    X = torch.from_numpy(_data("integer", 600, 3, 8)).to(DEVICE)
+    dev = torch.device(DEVICE)
+    stats = {}
+    fused = knn_search(X, X, 9, get_metric(metric), exclude_self=True, device=dev, budget_bytes=50_000,
+                       result_device=dev, stats=stats, backend="triton")
+    twin = knn_search(X, X, 9, get_metric(metric), exclude_self=True, device=dev, budget_bytes=50_000,
+                      result_device=dev, backend="torch")
+    assert stats["rows_retried"] > 0
+    assert torch.equal(fused[1], twin[1]) and torch.equal(fused[0], twin[0])
