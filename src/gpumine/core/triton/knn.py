@@ -162,12 +162,14 @@ def _score_kind(metric_name: str, prepared: bool, d: int) -> int:
 def default_blocks(d: int, C: int, score: int) -> tuple[int, int, int]:
     """(block_m, block_n, num_warps) for a shape class: measured on an H200 (BENCHMARKS.md).
 
-    Direct scoring: 32 x 32 tiles measured fastest for all-kNN of 262,144 x 8
-    (0.14 s; 64 x 64 took 0.43 s and 128 x 128 3.8 s, the selection's registers
-    spilling).
+    Dot scoring: 64 x 64 with 4 warps was fastest of eight shapes for all-kNN of
+    262,144 x 8 at C = 8 (76 ms; 32 x 32: 171 ms, 64 x 128 x 8 warps: 182 ms), and
+    ran k = 20 (C = 32) at 1M x 10 in 1.37 s; C = 64 ran as 32 x 64 (286,048 x 10 at
+    k = 50: 248 ms). Direct scoring: 32 x 32 tiles were fastest at d = 8 (0.14 s;
+    64 x 64 took 0.43 s and 128 x 128 3.8 s, likely register spills).
     """
     if score == _SCORE_DOT:
-        return (64, 64, 4) if C <= 64 else (32, 64, 4)
+        return (64, 64, 4) if C <= 32 else (32, 64, 4)
     return (32, 32, 4) if C <= 64 else (16, 32, 4)
 
 
