@@ -164,8 +164,9 @@ def default_blocks(d: int, C: int, score: int) -> tuple[int, int, int]:
 
     Dot scoring: 64 x 64 with 4 warps was fastest of eight shapes for all-kNN of
     262,144 x 8 at C = 8 (76 ms; 32 x 32: 171 ms, 64 x 128 x 8 warps: 182 ms), and
-    ran k = 20 (C = 32) at 1M x 10 in 1.37 s; C = 64 ran as 32 x 64 (286,048 x 10 at
-    k = 50: 248 ms). Direct scoring: 32 x 32 tiles were fastest at d = 8 (0.14 s;
+    ran k = 20 (C = 32) at 1M x 10 in 1.37 s. At C = 64 (k = 50, 286,048 x 10) 32 x 64
+    took 248 ms on uniform data and 64 x 64 227 ms on ADBench cover: not compared on
+    the same data, so the smaller register footprint is kept. Direct scoring: 32 x 32 tiles were fastest at d = 8 (0.14 s;
     64 x 64 took 0.43 s and 128 x 128 3.8 s, likely register spills).
     """
     if score == _SCORE_DOT:
