@@ -965,8 +965,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             lv = [bnode[T.nchild[bnode] > 0]]
             while lv[-1].size:
                 P = lv[-1]
-                k = T.nchild[P]
-                ch = np.repeat(T.first[P], k) + (np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k))
+                ch = T.children(P)
                 lv.append(ch[T.nchild[ch] > 0])
             for P in reversed(lv[:-1]):
                 val[P] = nested_sum(P, val)
@@ -999,8 +998,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                 P = struct[-1][T.nchild[struct[-1]] > 0]
                 if not P.size:
                     break
-                k = T.nchild[P]
-                struct.append(np.repeat(T.first[P], k) + (np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)))
+                struct.append(T.children(P))
             allnodes = np.concatenate(struct)
             inner = allnodes[T.nchild[allnodes] > 0]
             if reset:  # Weka's resetDistribution of the raised subtree (no instances: empty, even fractions)
@@ -1087,9 +1085,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                     T.attr[R], T.thr[R], T.thrc[R] = T.attr[B], T.thr[B], T.thrc[B]
                     thrl[R] = thrl[B]
                     T.first[R], T.nchild[R] = T.first[B], T.nchild[B]
-                    k = T.nchild[R]
-                    T.parent[np.repeat(T.first[R], k) + (np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k))] = \
-                        np.repeat(R, k)
+                    T.parent[T.children(R)] = np.repeat(R, T.nchild[R])
                     prune_sub(R, rv, wv, R[ov], True)
 
         old = sys.getrecursionlimit()
@@ -1107,7 +1103,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             if par.size == 0:
                 break
             k = T.nchild[par]
-            ch = np.repeat(T.first[par], k) + (np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k))
+            ch = T.children(par)
             T.parent[ch] = np.repeat(par, k)
             T.depth[ch] = np.repeat(T.depth[par], k) + 1
             frontier = ch
@@ -1124,8 +1120,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             inner = frontier[nc > 0]
             if inner.size == 0:
                 break
-            k = T.nchild[inner]
-            frontier = np.repeat(T.first[inner], k) + (np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k))
+            frontier = T.children(inner)
         b = np.arange(maxk)
         kids = np.where(b[None, :] < T.nchild[:N, None], T.first[:N, None] + b[None, :], -1)
         tot = T.dist[:N].sum(1)
@@ -1307,6 +1302,11 @@ class _Nodes:
         self.depth[ids] = depth
         self.n += m
         return ids
+
+    def children(self, parents):
+        """Ids of the children of ``parents``, parent by parent, each parent's in order."""
+        k = self.nchild[parents]
+        return np.repeat(self.first[parents], k) + (np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k))
 
     def errors(self):
         d = self.dist[:self.n]
