@@ -119,6 +119,11 @@ def _max_scale(scales):
     return torch.stack(scales).amax() if scales else 0.0
 
 
+def _fits_resident(ref: torch.Tensor, device: torch.device) -> bool:
+    """Whether the references stay on the device (with room for their prepared copies) rather than stream."""
+    return ref.device == device or fits_on_device(3 * ref.numel() * ref.element_size(), device)
+
+
 class _References:
     """Reference rows as tiles on the device: kept resident when they fit, else streamed from host."""
 
@@ -128,8 +133,7 @@ class _References:
         self.device = device
         self.host = ref
         self.centre = metric.centre(ref)
-        itemsize = ref.element_size()
-        self.resident = ref.device == device or fits_on_device(3 * ref.numel() * itemsize, device)
+        self.resident = _fits_resident(ref, device)
         self.data = ref.to(device) if self.resident else ref
         self._prepared = None
         self._by_feature = None
@@ -280,8 +284,7 @@ def knn_search(
     if fused:
         # the fused kernel keeps only (queries x c) candidates and no tile: one block holds
         # many queries, and resident references go to one launch as a whole
-        whole = ref.device == device or fits_on_device(3 * ref.numel() * ref.element_size(), device)
-        plan = TilePlan(query_rows=min(n_query, _FUSED_QUERY_ROWS), ref_rows=n_ref if whole else plan.ref_rows,
+        plan = TilePlan(query_rows=min(n_query, _FUSED_QUERY_ROWS), ref_rows=n_ref if _fits_resident(ref, device) else plan.ref_rows,
                         budget_bytes=budget_bytes)
     refs = _References(ref, metric, plan.ref_rows, device)
     retry_refs = None  # retries run the torch selection, on its own (narrower) reference tiles

@@ -47,7 +47,7 @@ MAX_FUSED_CANDIDATES = 256  # per-query lists live in registers; larger k runs o
 # engine's error bound 4 (d + 4) u |x| |y|, at several times the FP32-core rate
 DOT_PRECISION = "tf32x3"
 
-_SCORE_L2, _SCORE_L1, _SCORE_DOT = 0, 1, 3
+_SCORE_L2, _SCORE_L1, _SCORE_DOT = 0, 1, 2
 
 if triton is not None:
 
@@ -69,7 +69,7 @@ if triton is not None:
                      D: tl.constexpr, SCORE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
         acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-        if SCORE == 3:
+        if SCORE == 2:
             feats = tl.arange(0, BLOCK_K)
             for k0 in range(0, D, BLOCK_K):
                 f = k0 + feats
