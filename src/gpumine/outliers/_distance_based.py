@@ -33,14 +33,9 @@ from .._validation import check_array, output_kind, to_output
 from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ..core.select import topk_smallest
 from ..core.tiles import fits_on_device
-from ..neighbors._engine import knn_search
+from ..neighbors._engine import choose_backend, knn_search
 from ._solving_set import SolvingSetTimeout, auto_candidates, solving_set
 from ._weights import PairSpace, resolve_metric
-
-try:  # the engine chooses its own kernel (the fused Triton one where it applies)
-    from ..neighbors._engine import choose_backend as _engine_backend
-except ImportError:  # pragma: no cover - older engine without a Triton path
-    _engine_backend = None
 
 __all__ = ["top_n_outliers", "DistanceOutliers", "METHODS", "SolvingSetTimeout"]
 
@@ -188,16 +183,12 @@ def seed_from(random_state) -> int:
 
 def engine_backend(backend, device, metric, dtype, k, n_ref) -> str:
     """The kNN engine's kernel for one search (Triton where it applies under 'auto')."""
-    if _engine_backend is not None:
-        return _engine_backend(backend, device, metric, dtype, k, n_ref)
-    resolve_backend(backend, device, has_triton_kernel=False)
-    return "torch"
+    return choose_backend(backend, device, metric, dtype, k, n_ref)
 
 
 def _engine_search(ref, query, k, metric, *, exclude_self, device, budget, verbose, backend, stats=None):
-    kwargs = {} if _engine_backend is None else {"backend": backend}
     return knn_search(ref, query, k, metric, exclude_self=exclude_self, device=device, budget_bytes=budget,
-                      result_device=device, verbose=verbose, stats=stats, **kwargs)
+                      result_device=device, verbose=verbose, stats=stats, backend=backend)
 
 
 # -- the two methods on tensors -----------------------------------------------------------------
