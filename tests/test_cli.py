@@ -49,6 +49,20 @@ def test_knn_neighbors_of_training_set_to_npy_and_stdout(labelled_csv, tmp_path,
     assert lines[0] == "index_0,distance_0" and len(lines) == 91
 
 
+def test_knn_precision_modes_give_the_same_neighbours(labelled_csv, tmp_path):
+    train, _, _, _ = labelled_csv
+    results = {}
+    for precision in ("exact", "tf32", "bf16"):
+        out = tmp_path / f"nn_{precision}.npy"
+        argv = ["knn", str(train), "--label-column", "-1", "--task", "neighbors", "-k", "3", "--device", "cpu",
+                "--precision", precision, "-o", str(out), "--quiet"]
+        assert main(argv) == 0
+        results[precision] = np.load(out)
+    for precision in ("tf32", "bf16"):
+        np.testing.assert_array_equal(results[precision]["index"], results["exact"]["index"])
+        np.testing.assert_allclose(results[precision]["distance"], results["exact"]["distance"], rtol=1e-6)
+
+
 @pytest.mark.parametrize(
     "argv, reason",
     [

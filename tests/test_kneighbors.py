@@ -265,3 +265,47 @@ def test_minkowski_duplicates_tie_whatever_the_tiling():
     runs = [kneighbors(ref, q, 7, metric="minkowski", p=3, device="cpu", working_memory=wm)[1] for wm in (1024, 0.01)]
     np.testing.assert_array_equal(runs[0], runs[1])
     np.testing.assert_array_equal(runs[0], brute_force_knn(ref, q, 7, "minkowski", p=3)[1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+@pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean", "cosine", "inner_product"])
+@pytest.mark.parametrize("kind", ["random", "integer", "duplicates", "far"])
+def test_reduced_precision_search_gives_the_exact_results(device, precision, metric, kind):
+    # tf32/bf16 only change the candidate search; the exact re-rank and the widened
+    # certificate must give bit-identical results to precision="exact"
+    skip_if_no_cuda(device)
+    X = _data(kind, 301, 12, seed=3)
+    Q = _data(kind, 53, 12, seed=4)
+    if kind in ("integer", "duplicates"):
+        Q[:10] = X[:10]
+    for k, budget in ((1, None), (9, 0.05), (40, None)):
+        exact = kneighbors(X, Q, k, metric=metric, device=device, working_memory=budget)
+        reduced = kneighbors(X, Q, k, metric=metric, device=device, working_memory=budget, precision=precision)
+        np.testing.assert_array_equal(reduced[1], exact[1])
+        np.testing.assert_array_equal(reduced[0], exact[0])
+        assert_knn_matches(*reduced, X, Q, k, metric)
+
+
+def test_reduced_precision_keeps_a_wider_candidate_list():
+    assert candidate_count(7, 10_000, "bf16") > candidate_count(7, 10_000, "exact")
+    assert candidate_count(7, 30, "tf32") == 30
+
+
+@pytest.mark.parametrize("bad", ["fp8", "float32", None, 16])
+def test_precision_is_validated(bad):
+    X = np.zeros((4, 2), np.float32)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        kneighbors(X, k=1, device="cpu", precision=bad)
+
+
+def test_reduced_precision_needs_float32_data():
+    X = np.random.default_rng(0).random((20, 3))  # float64
+    with pytest.raises(ValueError, match="precision='tf32'.*float64.*precision='exact'"):
+        kneighbors(X, k=2, device="cpu", precision="tf32")
+    from gpumine.neighbors import NearestNeighbors
+
+    with pytest.raises(ValueError, match="precision='bf16'"):
+        NearestNeighbors(n_neighbors=2, device="cpu", precision="bf16").fit(X)
+    model = NearestNeighbors(n_neighbors=2, device="cpu", precision="bf16").fit(X.astype(np.float32))
+    np.testing.assert_array_equal(model.kneighbors()[1], kneighbors(X.astype(np.float32), k=2, device="cpu")[1])

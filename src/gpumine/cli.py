@@ -46,6 +46,9 @@ def _add_knn(sub) -> None:
     p.add_argument("--weights", default="uniform", choices=["uniform", "distance"])
     p.add_argument("--header", default="infer", choices=["infer", "yes", "no"], help="CSV header row (default: infer)")
     p.add_argument("-o", "--output", default=None, help="write results to .csv, .json or .npy (default: CSV on stdout)")
+    p.add_argument("--precision", default="exact", choices=["exact", "tf32", "bf16"],
+                   help="arithmetic of the candidate search on tensor cores; results are exact in every mode "
+                        "(tf32/bf16 compute in float32)")
     add_device_options(p)
     p.set_defaults(func=_run_knn)
 
@@ -85,7 +88,11 @@ def _run_knn(args) -> int:
     common = dict(
         n_neighbors=args.k, metric=args.metric, p=2 if args.p is None else args.p, device=args.device,
         backend=args.backend, working_memory=args.working_memory, verbose=0 if args.quiet else None,
+        precision=args.precision,
     )
+    if args.precision != "exact":  # the reduced precisions search float32 data
+        X_train = np.asarray(X_train, dtype=np.float32)
+        X_query = None if X_query is None else np.asarray(X_query, dtype=np.float32)
     start = time.perf_counter()
     if task == "neighbors":
         model = NearestNeighbors(**common).fit(X_train)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["METRICS", "Metric", "get_metric", "pairwise_distances"]
+__all__ = ["METRICS", "PRECISIONS", "Metric", "get_metric", "pairwise_distances", "check_precision"]
 
 _ALIASES = {
     "euclidean": "euclidean",
@@ -40,6 +40,31 @@ _ALIASES = {
     "minkowski": "minkowski",
 }
 METRICS = ("euclidean", "sqeuclidean", "manhattan", "chebyshev", "minkowski", "cosine", "inner_product")
+
+
+# Search precisions (``precision=`` of the kNN API): how a tile's dot products may be computed.
+# "exact" uses the data's own arithmetic; "tf32" and "bf16" round the operands first (TF32
+# operands can be truncated to 10 fraction bits by the tensor cores, bf16 ones are rounded to
+# 7), so their tile scores carry a larger, still bounded error that :meth:`Metric.bounds` adds.
+PRECISIONS = ("exact", "tf32", "bf16")
+_OPERAND_ROUNDOFF = {"exact": 0.0, "tf32": 2.0**-10, "bf16": 2.0**-8}
+
+
+def check_precision(precision, dtype: torch.dtype | None = None) -> str:
+    """Validate a ``precision`` argument (see ``PRECISIONS``) and return it."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(repr(p) for p in PRECISIONS)}; got {precision!r}")
+    if precision != "exact" and dtype is not None and dtype != torch.float32:
+        raise ValueError(
+            f"precision={precision!r} searches float32 data on tensor cores but the data is {str(dtype).replace('torch.', '')}; "
+            "convert it to float32 or use precision='exact'"
+        )
+    return precision
+
+
+def operand_roundoff(precision: str) -> float:
+    """Relative error of one operand of a tile product under ``precision`` (0 for "exact")."""
+    return _OPERAND_ROUNDOFF[precision]
 
 
 def _unit_roundoff(dtype: torch.dtype, device: torch.device, via_matmul: bool) -> float:
@@ -117,13 +142,24 @@ class Metric:
         return {"rows": X}
 
     # -- fast tile scores ----------------------------------------------------
-    def tile_scores(self, Q: dict, R: dict) -> torch.Tensor:
+    def tile_scores(self, Q: dict, R: dict, precision: str = "exact") -> torch.Tensor:
         """Scores of a (queries x references) tile from prepared rows (smaller = closer).
 
         Exact up to a constant per query row (|q|^2 for L2, 1 for cosine), which
-        changes neither the order nor the score differences within a row.
+        changes neither the order nor the score differences within a row, and up
+        to the error :meth:`bounds` allows. ``precision="bf16"`` multiplies
+        bfloat16 copies of the rows; ``"tf32"`` lets CUDA use TF32 tensor cores.
         """
         if self.uses_matmul:
+            if precision == "bf16":
+                return (Q["rows"].to(torch.bfloat16) @ R["rows"].to(torch.bfloat16).T).to(Q["rows"].dtype)
+            if precision == "tf32" and Q["rows"].is_cuda:
+                previous = torch.backends.cuda.matmul.allow_tf32
+                torch.backends.cuda.matmul.allow_tf32 = True
+                try:
+                    return Q["rows"] @ R["rows"].T
+                finally:
+                    torch.backends.cuda.matmul.allow_tf32 = previous
             return Q["rows"] @ R["rows"].T
         p = {"manhattan": 1.0, "chebyshev": float("inf")}.get(self.name, self.p)
         return torch.cdist(Q["rows"], R["rows"], p=p, compute_mode="donot_use_mm_for_euclid_dist")
@@ -170,25 +206,32 @@ class Metric:
         return scores
 
     # -- error bounds ------------------------------------------------------------
-    def bounds(self, Q: dict, ref_scale, d: int, device: torch.device, kth: torch.Tensor, cth: torch.Tensor):
+    def bounds(self, Q: dict, ref_scale, d: int, device: torch.device, kth: torch.Tensor, cth: torch.Tensor,
+               precision: str = "exact"):
         """Per-row bounds (low, high) on |tile score - exact score|.
 
         ``kth``/``cth`` are the k-th and the largest kept candidate tile scores
         of each row (used by metrics whose error is relative to the score).
         ``ref_scale`` is the largest squared norm (L2) or norm (IP) of a prepared
         reference row. The factor 4 covers both the tile's and the exact form's
-        rounding, with room to spare.
+        rounding, with room to spare. A reduced ``precision`` adds ``4 u_op``
+        times a bound on the sum of |products| (two rounded operands, a rounded
+        bf16 result, and slack): ``|x|^2 + 2 max|y|^2`` for the prepared L2 rows
+        ``[x, 1] . [-2y, |y|^2]``, 1 for unit cosine rows, ``|x| max|y|`` for IP.
         """
         u = _unit_roundoff(kth.dtype, device, self.uses_matmul)
         gamma = 4.0 * (d + 4) * u
+        reduced = 4.0 * operand_roundoff(precision)
         if self.name in ("euclidean", "sqeuclidean"):
             b = gamma * (Q["sqnorm"] + ref_scale)
+            if reduced:
+                b = b + reduced * (Q["sqnorm"] + 2.0 * ref_scale)
             return b, b
         if self.name == "cosine":
-            b = torch.full_like(kth, gamma * 2.0)
+            b = torch.full_like(kth, gamma * 2.0 + reduced)
             return b, b
         if self.name == "inner_product":
-            b = gamma * Q["norm"] * ref_scale
+            b = (gamma + reduced) * Q["norm"] * ref_scale
             return b, b
         return gamma * cth.abs(), gamma * kth.abs()
 

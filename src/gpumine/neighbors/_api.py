@@ -6,7 +6,7 @@ import torch
 
 from .._validation import check_array, check_n_neighbors, output_kind, to_output
 from ..config import resolve_device, working_memory_bytes
-from ..core.distance import get_metric
+from ..core.distance import check_precision, get_metric
 from ._engine import choose_backend, knn_search
 
 __all__ = ["kneighbors"]
@@ -28,6 +28,7 @@ def kneighbors(
     working_memory=None,
     verbose=None,
     return_distance: bool = True,
+    precision: str = "exact",
 ):
     """Exact k nearest neighbours of each query among the reference rows.
 
@@ -56,13 +57,20 @@ def kneighbors(
         (float32; euclidean, sqeuclidean, cosine, inner product and manhattan;
         k up to 255). Both backends give identical results; ``"auto"`` takes
         the kernel on CUDA where it measured faster (large searches at up to
-        15 features, see ``gpumine.neighbors._engine.auto_prefers_fused``).
+        63 features, see ``gpumine.neighbors._engine.auto_prefers_fused``).
     working_memory : float, optional
         MiB allowed for one tile's temporaries.
     verbose : int, optional
         ``0`` hides the progress bar shown on terminals for long runs.
     return_distance : bool
         Return ``(distances, indices)`` when True, only ``indices`` otherwise.
+    precision : {"exact", "tf32", "bf16"}
+        Arithmetic of the candidate search's products (float32 data only for
+        the last two): ``"tf32"``/``"bf16"`` use faster, less accurate tensor
+        core products and keep a wider candidate list; every candidate is then
+        re-ranked by its exact distance and certified, so results are exact
+        and identical in all three modes. Only the speed differs (see
+        BENCHMARKS.md); on the CPU ``"tf32"`` computes as ``"exact"``.
 
     Returns
     -------
@@ -101,6 +109,7 @@ def kneighbors(
     ref, query = ref.to(dtype), query.to(dtype)
     k = check_n_neighbors(k, ref.shape[0], name="k", excluding_self=exclude_self)
     metric_obj = get_metric(metric, p)
+    check_precision(precision, dtype)
     dev = resolve_device(device)
     backend = choose_backend(backend, dev, metric_obj, dtype, k, ref.shape[0])
     result_device = kind.device if kind.kind == "torch" else torch.device("cpu")
@@ -116,6 +125,7 @@ def kneighbors(
         verbose=verbose,
         backend=backend,
         as_distance=True,
+        precision=precision,
     )
     index_out = to_output(index, kind)
     if not return_distance:

@@ -35,50 +35,66 @@ from ..core.triton.knn import FUSED_METRICS, MAX_FUSED_CANDIDATES, fused_candida
 __all__ = ["knn_search", "candidate_count", "fused_unsupported", "choose_backend"]
 
 
-def candidate_count(k: int, n_ref: int) -> int:
-    """Candidates kept per query before the exact re-rank (k plus a margin)."""
-    return min(n_ref, k + max(16, k // 4))
+def candidate_count(k: int, n_ref: int, precision: str = "exact") -> int:
+    """Candidates kept per query before the exact re-rank (k plus a margin).
+
+    Reduced-precision searches keep a wider margin: their larger error bound
+    needs a larger gap between the k-th and the last kept score to certify.
+    """
+    margin = max(16, k // 4) if precision == "exact" else max(64, k)
+    return min(n_ref, k + margin)
 
 
 _FUSED_QUERY_ROWS = 1 << 18
 
 
-def fused_candidate_count(k: int, n_ref: int) -> int:
+# candidates per query of the fused kernel, as a multiple of k + 1, by search precision
+_FUSED_MARGIN = {"exact": 1, "tf32": 4, "bf16": 8}
+
+
+def fused_candidate_count(k: int, n_ref: int, precision: str = "exact") -> int:
     """The fused kernel keeps a power of two of candidates, at least k + 1.
 
     A smaller margin than the torch path's: every kept candidate costs the
     kernel registers and insertions, the (k+1)-th best is enough for the
     certificate on continuous data, and an uncertified row is still answered
-    exactly by the retry.
+    exactly by the retry. Reduced precisions keep 4x (tf32) or 8x (bf16) more.
     """
-    return max(2, 1 << (min(n_ref, k + 1) - 1).bit_length())
+    return max(2, 1 << (min(n_ref, _FUSED_MARGIN[precision] * (k + 1)) - 1).bit_length())
 
 
-def fused_unsupported(metric: Metric, dtype: torch.dtype, k: int, n_ref: int) -> str | None:
+# the kernel's dot-product arithmetic for each search precision (see core.triton.knn)
+_KERNEL_PRECISION = {"exact": None, "tf32": "tf32", "bf16": "bf16"}
+
+
+def fused_unsupported(metric: Metric, dtype: torch.dtype, k: int, n_ref: int, precision: str = "exact") -> str | None:
     """Why the fused Triton kernel cannot run a search, or None when it can."""
     if metric.name not in FUSED_METRICS:
         return f"metric {metric.name!r} has no Triton kernel (supported: {', '.join(sorted(FUSED_METRICS))})"
     if dtype != torch.float32:
         return "the Triton kernels compute in float32 and the data is float64"
-    if fused_candidate_count(k, n_ref) > MAX_FUSED_CANDIDATES:
-        return f"k={k} needs more candidates than the kernel's register budget ({MAX_FUSED_CANDIDATES}); larger k runs on the torch selection"
+    if fused_candidate_count(k, n_ref, precision) > MAX_FUSED_CANDIDATES:
+        return (f"k={k} needs more candidates than the kernel's register budget ({MAX_FUSED_CANDIDATES}) at precision={precision!r}; "
+                "larger k runs on the torch selection")
     return None
 
 
 # Where backend="auto" takes the fused kernel, by measurement on an H200 (BENCHMARKS.md,
-# 2026-11-21): the tensor-core dot path beat the torch engine 3.3-3.6x for all-kNN of
-# 262,144 points at d = 4 and 8, 3.4x for 1M x 10 at k = 20 and 1.9x at k = 50, but not
-# at d = 16 (400 ms, two 16-wide feature steps per tl.dot) nor at d = 32 / 64 / 65; small
-# searches are launch- and compile-bound.
+# 2026-11-21): all-kNN of 262,144 uniform points at k = 7, fused vs torch engine, 86 vs 306 ms
+# at d = 8, 109 vs 329 (d = 16), 113 vs 353 (24), 174 vs 377 (32), 186 vs 434 (48), but
+# 854 vs 508 ms at d = 64, where 65 prepared features need several tl.dot steps (one step
+# takes up to 64, see default_block_k); 1M x 10 at k = 20: 1.37 vs 4.63 s. Small searches
+# are launch- and compile-bound.
 AUTO_FUSED_METRICS = ("euclidean", "sqeuclidean", "cosine", "inner_product")
-AUTO_FUSED_MAX_FEATURES = 15
+AUTO_FUSED_MAX_FEATURES = 63
 AUTO_FUSED_MIN_PAIRS = 1 << 26
 
 
-def auto_prefers_fused(metric: Metric, dtype: torch.dtype, k: int, n_query: int, n_ref: int, n_features: int) -> bool:
+def auto_prefers_fused(metric: Metric, dtype: torch.dtype, k: int, n_query: int, n_ref: int, n_features: int,
+                       precision: str = "exact") -> bool:
     """Whether ``backend="auto"`` runs this search on the fused kernel (see ``AUTO_FUSED_*``)."""
     return (metric.name in AUTO_FUSED_METRICS and n_features <= AUTO_FUSED_MAX_FEATURES
-            and n_query * n_ref >= AUTO_FUSED_MIN_PAIRS and fused_unsupported(metric, dtype, k, n_ref) is None)
+            and n_query * n_ref >= AUTO_FUSED_MIN_PAIRS and fused_unsupported(metric, dtype, k, n_ref, precision) is None)
 
 
 def choose_backend(backend, device: torch.device, metric: Metric, dtype: torch.dtype, k: int, n_ref: int) -> str:
@@ -244,6 +260,7 @@ def knn_search(
     stats: dict | None = None,
     backend: str = "torch",
     as_distance: bool = False,
+    precision: str = "exact",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact k nearest references of every query row.
 
@@ -256,7 +273,9 @@ def knn_search(
     ``"auto"`` (from :func:`choose_backend`) picks it by :func:`auto_prefers_fused`.
     ``as_distance=True`` returns the metric's distances instead of scores.
     Data whose magnitude is near the ends of the float range is scaled by a
-    power of two first (exact) and the results scaled back.
+    power of two first (exact) and the results scaled back. ``precision``
+    (``"exact"``, ``"tf32"``, ``"bf16"``) is the arithmetic of the candidate
+    phase's products; the re-rank and certificate keep results exact in all.
     """
     n_query, d = query.shape
     n_ref = ref.shape[0]
@@ -270,16 +289,16 @@ def knn_search(
     out_index = torch.empty((n_query, k), dtype=torch.int64, device=result_device)
     if n_query == 0:
         return out_scores, out_index
-    c = candidate_count(k, n_ref)
+    c = candidate_count(k, n_ref, precision)
     if backend == "auto":
-        backend = "triton" if auto_prefers_fused(metric, dtype, k, n_query, n_ref, d) else "torch"
+        backend = "triton" if auto_prefers_fused(metric, dtype, k, n_query, n_ref, d, precision) else "torch"
     if backend == "triton":
-        reason = fused_unsupported(metric, dtype, k, n_ref)
+        reason = fused_unsupported(metric, dtype, k, n_ref, precision)
         if reason:
             raise ValueError(f"backend='triton' cannot run this search: {reason}; use backend='torch' or 'auto'")
     fused = backend == "triton"
     if fused:
-        c = fused_candidate_count(k, n_ref)
+        c = fused_candidate_count(k, n_ref, precision)
     plan = retry_plan = plan_tiles(n_query, n_ref, d, c, ref.element_size(), budget_bytes)
     if fused:
         # the fused kernel keeps only (queries x c) candidates and no tile: one block holds
@@ -295,11 +314,11 @@ def knn_search(
             Qp = metric.prepare(Q, refs.centre, "query")
             ids = torch.arange(q0, q0 + Q.shape[0], device=device)
             if fused:
-                cand_scores, cand_index = _candidates_fused(Q, Qp, refs, q0, c, exclude_self)
+                cand_scores, cand_index = _candidates_fused(Q, Qp, refs, q0, c, exclude_self, precision)
             else:
-                cand_scores, cand_index = _candidates(Qp, refs, ids, c, exclude_self)
+                cand_scores, cand_index = _candidates(Qp, refs, ids, c, exclude_self, precision)
             scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, ids, exclude_self, plan,
-                                               direct=fused and _scores_directly(metric, d))
+                                               direct=fused and _scores_directly(metric, d), precision=precision)
             failed = (~certified).nonzero().squeeze(1)
             # rows the certificate could not settle (exact ties or duplicates around the
             # k-th place): retry with 8x the candidates, then scan exactly as a last resort
@@ -315,9 +334,9 @@ def knn_search(
                 for s0 in range(0, failed.numel(), step):
                     rows = failed[s0 : s0 + step]
                     Qf, Qpf = Q[rows], _take_rows(Qp, rows)
-                    cs, ci = _candidates(Qpf, retry_refs, ids[rows], c_retry, exclude_self)
+                    cs, ci = _candidates(Qpf, retry_refs, ids[rows], c_retry, exclude_self, precision)
                     f_scores, f_index, ok = _rerank(Qf, Qpf, cs, ci, retry_refs, metric, k, c_retry, n_ref, ids[rows], exclude_self,
-                                                    plan)
+                                                    plan, precision=precision)
                     settled = rows[ok]
                     scores[settled], index[settled] = f_scores[ok], f_index[ok]
                     still_failed.append(rows[~ok])
@@ -332,7 +351,7 @@ def knn_search(
             bar.update()
     if stats is not None:
         stats.update(rows_exact_scan=n_fallback, rows_retried=n_retried, query_rows=plan.query_rows, ref_rows=plan.ref_rows,
-                     candidates=c, references_resident=refs.resident, backend=backend)
+                     candidates=c, references_resident=refs.resident, backend=backend, precision=precision)
     if as_distance:
         # distances are formed before unscaling: a tiny distance survives where its square would not
         out_scores = metric.to_distance(out_scores)
@@ -350,12 +369,12 @@ def _take_rows(prepared: dict, rows: torch.Tensor) -> dict:
     return {name: value[rows] for name, value in prepared.items()}
 
 
-def _candidates(Qp: dict, refs: _References, query_ids: torch.Tensor, c: int, exclude_self: bool):
+def _candidates(Qp: dict, refs: _References, query_ids: torch.Tensor, c: int, exclude_self: bool, precision: str = "exact"):
     q = Qp["rows"].shape[0]
     device = Qp["rows"].device
     values = index = None
     for r0, Rp in refs.prepared_tiles():
-        S = refs.metric.tile_scores(Qp, Rp)
+        S = refs.metric.tile_scores(Qp, Rp, precision)
         if exclude_self:
             _mask_self(S, query_ids, r0)
         v, pos = _tile_candidates(S, c)
@@ -368,7 +387,7 @@ def _candidates(Qp: dict, refs: _References, query_ids: torch.Tensor, c: int, ex
     return values, index
 
 
-def _candidates_fused(Q, Qp, refs: _References, q0: int, c: int, exclude_self: bool):
+def _candidates_fused(Q, Qp, refs: _References, q0: int, c: int, exclude_self: bool, precision: str = "exact"):
     """The Triton twin of :func:`_candidates` (same contract, one launch per reference tile).
 
     Manhattan, and L2 at up to ``DIRECT_L2_MAX_FEATURES`` features, are scored
@@ -382,7 +401,7 @@ def _candidates_fused(Q, Qp, refs: _References, q0: int, c: int, exclude_self: b
     values = index = None
     for r0, R in tiles:
         v, i = fused_candidates(queries, R, c, metric_name=refs.metric.name, prepared=not direct, ref_offset=r0,
-                                exclude_self=exclude_self, self_offset=q0)
+                                exclude_self=exclude_self, self_offset=q0, precision=_KERNEL_PRECISION[precision])
         values, index = (v, i) if values is None else _keep_best(values, index, v, i, c)
     return values, index
 
@@ -400,7 +419,8 @@ def _scores_directly(metric: Metric, d: int) -> bool:
 DIRECT_L2_MAX_FEATURES = 3
 
 
-def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids, exclude_self, plan, direct=False):
+def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids, exclude_self, plan, direct=False,
+            precision="exact"):
     """Exact scores of the candidates, the best k by (score, index), and which rows are certified.
 
     ``direct``: the candidate scores are direct-difference sums (the fused
@@ -412,7 +432,7 @@ def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids
     if direct:
         low, high = metric.relative_bounds(d, kth, cth)
     else:
-        low, high = metric.bounds(Qp, refs.scale, d, Q.device, kth, cth)
+        low, high = metric.bounds(Qp, refs.scale, d, Q.device, kth, cth, precision)
     # an infinite or NaN largest candidate can only come from overflow (padding means every
     # reference is a candidate, handled below), so it must not certify a row
     certified = cth - low > kth + high

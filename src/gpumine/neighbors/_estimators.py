@@ -22,7 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._validation import check_array, check_labels, check_n_features, check_n_neighbors, output_kind, to_output
 from ..config import resolve_backend, resolve_device, working_memory_bytes
-from ..core.distance import get_metric
+from ..core.distance import check_precision, get_metric
 from ..core.tiles import fits_on_device
 from ._engine import choose_backend, knn_search
 
@@ -52,6 +52,7 @@ class _KNeighborsBase(BaseEstimator):
         backend="auto",
         working_memory=None,
         verbose=None,
+        precision="exact",
     ):
         self.n_neighbors = n_neighbors
         self.algorithm = algorithm
@@ -64,6 +65,7 @@ class _KNeighborsBase(BaseEstimator):
         self.backend = backend
         self.working_memory = working_memory
         self.verbose = verbose
+        self.precision = precision
 
     # -- fitting -----------------------------------------------------------------
     def _fit(self, X):
@@ -87,6 +89,7 @@ class _KNeighborsBase(BaseEstimator):
             raise TypeError("sparse input is not supported by gpumine estimators; convert X with X.toarray()")
         _check_feature_names(self, X, reset=True)
         X_t = check_array(X, name="X")
+        check_precision(self.precision, X_t.dtype)
         if isinstance(self.n_neighbors, (int, np.integer)) and not isinstance(self.n_neighbors, bool):
             if self.n_neighbors < 1:
                 raise ValueError(f"n_neighbors must be at least 1; got {self.n_neighbors}")
@@ -128,6 +131,7 @@ class _KNeighborsBase(BaseEstimator):
             verbose=self.verbose,
             backend=backend,
             as_distance=True,
+            precision=self.precision,
         )
         return scores, index, kind
 
@@ -196,6 +200,9 @@ class NearestNeighbors(_KNeighborsBase):
         MiB for one tile's temporaries (see :mod:`gpumine.config`).
     verbose : int, optional
         0 hides the progress bar.
+    precision : {"exact", "tf32", "bf16"}, default="exact"
+        Arithmetic of the candidate search (see :func:`gpumine.neighbors.kneighbors`);
+        results are exact in every mode.
 
     Attributes
     ----------
@@ -256,11 +263,12 @@ class _WeightedKNeighbors(_KNeighborsBase):
         backend="auto",
         working_memory=None,
         verbose=None,
+        precision="exact",
     ):
         super().__init__(
             n_neighbors, algorithm=algorithm, leaf_size=leaf_size, metric=metric, p=p,
             metric_params=metric_params, n_jobs=n_jobs, device=device, backend=backend,
-            working_memory=working_memory, verbose=verbose,
+            working_memory=working_memory, verbose=verbose, precision=precision,
         )
         self.weights = weights
 

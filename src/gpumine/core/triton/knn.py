@@ -78,7 +78,10 @@ if triton is not None:
                             mask=row_ok[:, None] & f_ok[None, :], other=0.0)
                 r = tl.load(R + cols[None, :] * stride_r_row + f[:, None] * stride_r_feat,
                             mask=col_ok[None, :] & f_ok[:, None], other=0.0)
-                acc += tl.dot(q, r, input_precision=PRECISION)
+                if PRECISION == "bf16":
+                    acc += tl.dot(q.to(tl.bfloat16), r.to(tl.bfloat16))
+                else:
+                    acc += tl.dot(q, r, input_precision=PRECISION)
         else:
             for j in tl.static_range(D):
                 qj = tl.load(Q + rows * stride_q_row + j * stride_q_feat, mask=row_ok, other=0.0)
@@ -224,9 +227,11 @@ def fused_candidates(
     block_m, block_n, num_warps, splits, block_k : int, optional
         Launch shape; by default from :func:`default_blocks`, and ``splits``
         so that small query sets still give every SM work.
-    precision : {"tf32x3", "ieee"}, optional
-        How prepared rows' dot products are computed (default ``DOT_PRECISION``);
-        both are float32-accurate.
+    precision : {"tf32x3", "ieee", "tf32", "bf16"}, optional
+        How prepared rows' dot products are computed (default ``DOT_PRECISION``).
+        The first two are float32-accurate; ``"tf32"`` (one TF32 product) and
+        ``"bf16"`` (bfloat16 operands) are faster and less accurate: the engine
+        bounds their error (``Metric.bounds(precision=...)``).
 
     Returns
     -------
@@ -242,6 +247,8 @@ def fused_candidates(
     if Q.shape[1] != R.shape[1]:
         raise ValueError(f"Q has {Q.shape[1]} features but R has {R.shape[1]}")
     C = _next_pow2(max(c, 2))
+    if precision not in (None, "tf32x3", "ieee", "tf32", "bf16"):
+        raise ValueError(f"precision must be 'tf32x3', 'ieee', 'tf32' or 'bf16'; got {precision!r}")
     if C > MAX_FUSED_CANDIDATES:
         raise ValueError(f"c={c} exceeds the fused kernel's register budget ({MAX_FUSED_CANDIDATES}); use backend='torch'")
     n_query, d = Q.shape
