@@ -178,17 +178,18 @@ def test_retries_after_the_fused_kernel_run_on_budgeted_torch_tiles(metric):
     assert torch.equal(fused[1], twin[1]) and torch.equal(fused[0], twin[0])
 
 
-@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+@pytest.mark.parametrize("precision", ["exact", "tf32", "bf16"])
 @pytest.mark.parametrize("metric", ["euclidean", "cosine", "inner_product"])
 @pytest.mark.parametrize("kind", ["random", "integer"])
-def test_reduced_precision_kernel_gives_the_exact_results(precision, metric, kind):
-    # one TF32 product / bfloat16 operands in the kernel, wider candidate lists and the
+@pytest.mark.parametrize("d", [12, 64])  # 64: L2's |y|^2 goes to the kernel as a per-reference bias
+def test_reduced_precision_kernel_gives_the_exact_results(precision, metric, kind, d):
+    # exact (tf32x3), one TF32 product / bfloat16 operands in the kernel, wider candidate lists and the
     # widened certificate: the results must equal the exact torch engine's bit for bit
     if precision == "bf16" and not ON_GPU:
         pytest.skip("the Triton 3.x interpreter has no bfloat16 arithmetic (tl.dot of bf16 operands gave values "
                     "off by 1e9 there); this case runs on the GPU")
-    X = torch.from_numpy(_data(kind, 150 * SCALE, 12, 5)).to(DEVICE)
-    Q = torch.from_numpy(_data(kind, 40 * SCALE, 12, 6)).to(DEVICE)
+    X = torch.from_numpy(_data(kind, 150 * SCALE, d, 5)).to(DEVICE)
+    Q = torch.from_numpy(_data(kind, 40 * SCALE, d, 6)).to(DEVICE)
     dev = torch.device(DEVICE)
     for k in (1, 7):
         stats = {}
@@ -198,3 +199,19 @@ def test_reduced_precision_kernel_gives_the_exact_results(precision, metric, kin
                            result_device=dev, backend="torch")
         assert stats["backend"] == "triton" and stats["precision"] == precision
         assert torch.equal(fused[1], exact[1]) and torch.equal(fused[0], exact[0])
+
+
+def test_reference_bias_equals_the_augmented_feature():
+    # L2's |y|^2 passed as a per-reference bias must select what the (d + 1)-th feature did
+    X = torch.from_numpy(_data("random", 70 * SCALE, 16, 7)).to(DEVICE)
+    Q = torch.from_numpy(_data("random", 20 * SCALE, 16, 8)).to(DEVICE)
+    m = get_metric("euclidean")
+    centre = m.centre(X)
+    Qr, Rr = m.prepare(Q, centre, "query")["rows"], m.prepare(X, centre, "ref")["rows"]
+    v_aug, i_aug = fused_candidates(Qr, Rr, 8, metric_name="euclidean", prepared=True, **BLOCKS)
+    v_bias, i_bias = fused_candidates(Qr[:, :-1], Rr[:, :-1], 8, metric_name="euclidean", prepared=True,
+                                      ref_bias=Rr[:, -1], **BLOCKS)
+    torch.testing.assert_close(v_bias, v_aug, rtol=1e-5, atol=1e-5)
+    assert (i_bias == i_aug).float().mean() > 0.95  # near-equal scores may swap places
+    with pytest.raises(ValueError, match="ref_bias"):
+        fused_candidates(Qr, Rr, 8, metric_name="euclidean", prepared=True, ref_bias=Rr[:5, -1])

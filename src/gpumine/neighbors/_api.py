@@ -57,7 +57,7 @@ def kneighbors(
         (float32; euclidean, sqeuclidean, cosine, inner product and manhattan;
         k up to 255). Both backends give identical results; ``"auto"`` takes
         the kernel on CUDA where it measured faster (large searches at up to
-        63 features, see ``gpumine.neighbors._engine.auto_prefers_fused``).
+        64 features, see ``gpumine.neighbors._engine.auto_prefers_fused``).
     working_memory : float, optional
         MiB allowed for one tile's temporaries.
     verbose : int, optional

@@ -81,12 +81,12 @@ def fused_unsupported(metric: Metric, dtype: torch.dtype, k: int, n_ref: int, pr
 
 # Where backend="auto" takes the fused kernel, by measurement on an H200 (BENCHMARKS.md,
 # 2026-11-21): all-kNN of 262,144 uniform points at k = 7, fused vs torch engine, 86 vs 306 ms
-# at d = 8, 109 vs 329 (d = 16), 113 vs 353 (24), 174 vs 377 (32), 186 vs 434 (48), but
-# 854 vs 508 ms at d = 64, where 65 prepared features need several tl.dot steps (one step
-# takes up to 64, see default_block_k); 1M x 10 at k = 20: 1.37 vs 4.63 s. Small searches
-# are launch- and compile-bound.
+# at d = 8, 109 vs 329 (d = 16), 113 vs 353 (24), 174 vs 377 (32), 186 vs 434 (48), and at
+# d = 64 366 vs 637 ms once |y|^2 became a bias (_BIAS_MIN_FEATURES; 854-966 ms before, 65
+# prepared features in several tl.dot steps); 1M x 10 at k = 20: 1.37 vs 4.63 s. Above 64
+# features several steps return, unmeasured. Small searches are launch- and compile-bound.
 AUTO_FUSED_METRICS = ("euclidean", "sqeuclidean", "cosine", "inner_product")
-AUTO_FUSED_MAX_FEATURES = 63
+AUTO_FUSED_MAX_FEATURES = 64
 AUTO_FUSED_MIN_PAIRS = 1 << 26
 
 
@@ -396,14 +396,26 @@ def _candidates_fused(Q, Qp, refs: _References, q0: int, c: int, exclude_self: b
     engine, as the torch path's tiles).
     """
     direct = _scores_directly(refs.metric, Q.shape[1])
-    queries = Q if direct else Qp["rows"]
+    # L2's prepared rows end in the constant 1 (query) and |y|^2 (reference). From 64 features on
+    # the kernel adds |y|^2 as a per-reference bias instead, so the dot covers d features, not
+    # d + 1: on an H200 (2026-11-21) all-kNN of 262,144 x 64 took 366 ms against 966 ms with
+    # 65 features in 16-wide steps; below 64 the bias measured 17-31 ms slower (d = 8-32)
+    split_bias = not direct and refs.metric.name in ("euclidean", "sqeuclidean") and Q.shape[1] >= _BIAS_MIN_FEATURES
+    queries = Q if direct else (Qp["rows"][:, :-1] if split_bias else Qp["rows"])
     tiles = refs.raw_tiles() if direct else ((r0, R["rows"]) for r0, R in refs.prepared_tiles())
     values = index = None
     for r0, R in tiles:
+        bias = None
+        if split_bias:
+            R, bias = R[:, :-1], R[:, -1]
         v, i = fused_candidates(queries, R, c, metric_name=refs.metric.name, prepared=not direct, ref_offset=r0,
-                                exclude_self=exclude_self, self_offset=q0, precision=_KERNEL_PRECISION[precision])
+                                exclude_self=exclude_self, self_offset=q0, precision=_KERNEL_PRECISION[precision],
+                                ref_bias=bias)
         values, index = (v, i) if values is None else _keep_best(values, index, v, i, c)
     return values, index
+
+
+_BIAS_MIN_FEATURES = 64
 
 
 def _scores_directly(metric: Metric, d: int) -> bool:

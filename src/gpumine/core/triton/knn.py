@@ -65,8 +65,8 @@ if triton is not None:
         return bits.to(tl.float32, bitcast=True)
 
     @triton.jit
-    def _tile_scores(Q, R, rows, cols, row_ok, col_ok, stride_q_row, stride_q_feat, stride_r_row, stride_r_feat,
-                     D: tl.constexpr, SCORE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    def _tile_scores(Q, R, BIAS, rows, cols, row_ok, col_ok, stride_q_row, stride_q_feat, stride_r_row, stride_r_feat,
+                     D: tl.constexpr, SCORE: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
         acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
         if SCORE == 2:
@@ -82,6 +82,8 @@ if triton is not None:
                     acc += tl.dot(q.to(tl.bfloat16), r.to(tl.bfloat16))
                 else:
                     acc += tl.dot(q, r, input_precision=PRECISION)
+            if HAS_BIAS:
+                acc += tl.load(BIAS + cols, mask=col_ok, other=0.0)[None, :]
         else:
             for j in tl.static_range(D):
                 qj = tl.load(Q + rows * stride_q_row + j * stride_q_feat, mask=row_ok, other=0.0)
@@ -98,10 +100,10 @@ if triton is not None:
     # other (1-2 s of compilation) landed inside a benchmark's timed slice
     @triton.jit(do_not_specialize=["n_query", "n_ref", "refs_per_split", "ref_offset", "self_offset"])
     def _fused_candidates_kernel(
-        Q, R, OUT_SCORE, OUT_INDEX,
+        Q, R, BIAS, OUT_SCORE, OUT_INDEX,
         n_query, n_ref, refs_per_split, ref_offset, self_offset,
         stride_q_row, stride_q_feat, stride_r_row, stride_r_feat, stride_out,
-        D: tl.constexpr, SCORE: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
+        D: tl.constexpr, SCORE: tl.constexpr, HAS_BIAS: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
         C: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
@@ -120,8 +122,8 @@ if triton is not None:
         for start in range(first, last, BLOCK_N):
             cols = start + lanes
             col_ok = cols < last
-            acc = _tile_scores(Q, R, rows, cols, row_ok, col_ok, stride_q_row, stride_q_feat, stride_r_row,
-                               stride_r_feat, D, SCORE, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+            acc = _tile_scores(Q, R, BIAS, rows, cols, row_ok, col_ok, stride_q_row, stride_q_feat, stride_r_row,
+                               stride_r_feat, D, SCORE, HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
             valid = col_ok[None, :] & row_ok[:, None]
             if EXCLUDE_SELF:
                 valid = valid & ((cols[None, :] + ref_offset) != (rows[:, None] + self_offset))
@@ -207,6 +209,7 @@ def fused_candidates(
     splits: int | None = None,
     precision: str | None = None,
     block_k: int | None = None,
+    ref_bias: torch.Tensor | None = None,
 ):
     """Best ``C >= c`` candidates of every query among the rows of ``R``, in one launch.
 
@@ -221,6 +224,11 @@ def fused_candidates(
         ``MAX_FUSED_CANDIDATES``).
     ref_offset : int
         Added to reference positions in the returned indices.
+    ref_bias : float32 tensor (n_ref,), optional
+        Added to every score of a reference (dot scoring only): the engine's
+        L2 rows ``[x, 1] . [-2y, |y|^2]`` pass ``|y|^2`` here instead of as a
+        last feature, so 64 features fit one 64-wide ``tl.dot`` step, not 65
+        in five 16-wide ones.
     exclude_self : bool
         Skip the pair (query ``i``, reference ``j``) when
         ``i + self_offset == j + ref_offset``.
@@ -254,6 +262,8 @@ def fused_candidates(
     n_query, d = Q.shape
     n_ref = R.shape[0]
     score = _score_kind(metric_name, prepared, d)
+    if ref_bias is not None and (score != _SCORE_DOT or ref_bias.shape != (n_ref,) or ref_bias.dtype != torch.float32):
+        raise ValueError("ref_bias must be a float32 vector with one entry per reference, for dot-product scoring")
     bm, bn, warps = default_blocks(d, C, score)
     block_m, block_n, num_warps = block_m or bm, block_n or bn, num_warps or warps
     if score == _SCORE_DOT:
@@ -280,10 +290,10 @@ def fused_candidates(
     if n_query == 0:
         return scores[:, :C], index[:, :C]
     _fused_candidates_kernel[(q_blocks, splits)](
-        Q, R, scores, index,
+        Q, R, R if ref_bias is None else ref_bias.contiguous(), scores, index,
         n_query, n_ref, refs_per_split, ref_offset, self_offset,
         *q_strides, *r_strides, scores.stride(0),
-        D=d, SCORE=score, EXCLUDE_SELF=exclude_self,
+        D=d, SCORE=score, HAS_BIAS=ref_bias is not None, EXCLUDE_SELF=exclude_self,
         C=C, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k or default_block_k(d), PRECISION=precision or DOT_PRECISION, num_warps=num_warps,
     )
     if splits > 1:
