@@ -1,13 +1,15 @@
 """C4.5 decision trees built from counts (seed 002, sections 3.5.3-3.5.5), with Weka J48's rules.
 
-The tree grows breadth-first. All nodes of one depth are counted together: one
-contingency pass gives, for every node × attribute level × class, the (weighted)
-count — by AND + popcount of level bitmaps with node-and-class row bitmaps
+The tree grows breadth-first. All nodes of one depth are counted together: a
+one-column pass gives every node's class distribution, and one contingency pass
+gives, for every node that can still split (not pure, not too small) × attribute
+level × class, the (weighted) count — by AND + popcount of level bitmaps with node-and-class row bitmaps
 (``representation="bitmap"``/``"bitslice"``), or by one bincount over integer
 codes (``"histogram"``); ``"auto"`` picks per depth by measured cost. Node
 partitions stay on the device (row lists and, for the bitmap path, row bitmaps
 made by one scatter per depth); only the small count tables reach the host
-logic, which is vectorised over all nodes of the depth.
+logic, which is vectorised over all nodes of the depth and over the attributes of
+one kind and number of levels.
 
 J48 rules followed (weka.classifiers.trees.j48, C4.5 release 8): gain ratio
 among attributes whose information gain is at least the average (minus 1e-3);
@@ -98,6 +100,22 @@ def _lnf(x):
     return torch.where(x < _SMALL, torch.zeros_like(x), x * torch.log(x.clamp_min(1e-300)))
 
 
+class _LnfTable:
+    """:func:`_lnf` of whole counts by one gather from a table of ``_lnf(0 .. n)``.
+
+    The split search evaluates ``x log x`` on every cell of the per-depth count
+    tables (six passes and a log each); unweighted counts are integers at most
+    ``n``, so a lookup gives the same values (the table holds ``_lnf`` of the same
+    float64 numbers) in one pass.
+    """
+
+    def __init__(self, n, device):
+        self.table = _lnf(torch.arange(int(n) + 1, dtype=torch.float64, device=device))
+
+    def __call__(self, x):
+        return self.table[x.to(torch.int64)]
+
+
 class _Columns:
     """Per-feature encoding of a training matrix into ordered / nominal codes."""
 
@@ -158,7 +176,22 @@ class _Columns:
         out = np.full(col.shape[0], self.n_known[j], dtype=np.int32)  # missing code
         known = ~miss
         v = self.values[j]
-        if self.nominal[j]:
+        if self.nominal[j] and col.dtype.kind == "f" and _all_numbers(v):
+            # float input and numeric categories: the lookup by key is a search in the sorted values
+            fv = np.asarray(v.tolist(), dtype=np.float64)
+            x = col[known]
+            codes = np.searchsorted(fv, x) if fv.size else np.zeros(x.shape[0], dtype=np.int64)
+            found = codes < fv.size
+            found[found] = fv[codes[found]] == x[found]
+            if not found.all():
+                if unknown == "error":
+                    raise ValueError(
+                        f"feature {self.names[j]!r} has category {x[~found][0]!r} that was not seen in fit; refit with "
+                        "data holding it, or use handle_unknown='missing' to treat it as a missing value"
+                    )
+                codes = np.where(found, codes, self.n_known[j])
+            out[known] = codes
+        elif self.nominal[j]:
             lookup = {_nkey(x): i for i, x in enumerate(v.tolist())}
             codes = np.fromiter((lookup.get(_nkey(x), -1) for x in col[known].tolist()), dtype=np.int64,
                                 count=int(known.sum()))
@@ -194,7 +227,22 @@ def _nkey(v):
     return ("s", str(v))
 
 
+def _all_numbers(v):
+    return all(isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+               for x in v.tolist())
+
+
 def _sorted_unique(known):
+    """The distinct values by :func:`_nkey` in key order, each as first seen."""
+    if known.dtype.kind == "f":
+        # all keys are ("n", value): NumPy's sort, with the sign of zero as first seen
+        vals = np.unique(known).tolist()
+        zero = np.flatnonzero(known == 0)
+        if zero.size:
+            vals[vals.index(0.0)] = known[zero[0]].item()
+        arr = np.empty(len(vals), dtype=object)
+        arr[:] = vals
+        return arr
     seen = {}
     for x in known.tolist():
         seen.setdefault(_nkey(x), x)
@@ -222,8 +270,9 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
     subtree_raising : bool, default=True
         During pruning, also consider replacing a node by its largest branch, with
         the node's training instances routed through that branch (J48's default;
-        ``False`` is ``J48 -S``: subtree replacement only). Runs on the host, one
-        node at a time, over the training instances of each node.
+        ``False`` is ``J48 -S``: subtree replacement only). Runs on the host
+        (NumPy), vectorised over the nodes of equal height, over the training
+        instances of each node.
     categorical_features : None, "all", array of indices or bool mask, default=None
         Nominal features (multiway splits). ``None``: the non-numeric columns of a
         DataFrame; every column of an array is numeric.
@@ -249,7 +298,8 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
     feature_names_in_ : ndarray (when fit on a DataFrame with string column names)
     n_nodes_, n_leaves_, depth_ : int
     representations_ : list of str
-        The representation used at each depth.
+        The representation used at each depth that had a node to split (the
+        depths whose nodes are all leaves need no contingency table).
 
     Examples
     --------
@@ -472,12 +522,35 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         store = None
         class_bits = None
         depth = 0
+        # counts are whole numbers until fractional weights appear (sample weights, missing values)
+        lnf_int = _LnfTable(n, dev) if w is None else None
+        groups = self._attr_groups(L_off, dev)
         while level_nodes.size:
             G = level_nodes.size
-            rep = self._pick_rep(rows.shape[0], n, d, G, C, weight is not None, store is not None)
+            # the class distribution of every node first (one column's counts): most nodes of a deep level are
+            # leaves (pure or too small), and the full node x level x class table is counted only for the others
+            tot = grouped_histogram(codes[:, :1], n_levels[:1], y, C, rows, group, G, weight,
+                                    backend=self._hist_backend).to(torch.float64).sum(1)
+            total = tot.sum(1)
+            T.dist[level_nodes] = tot.cpu().numpy()
+            splittable = (total >= 2 * minobj - _SMALL) & ((total - tot.max(1).values) > _SMALL)
+            if self.max_depth is not None and depth >= self.max_depth:
+                splittable = torch.zeros_like(splittable)
+            sel = splittable.nonzero()[:, 0]
+            Gs = sel.shape[0]  # a host sync; the level ends here when it is 0
+            if Gs == 0:
+                break
+            if Gs < G:
+                slot = torch.cumsum(splittable, 0) - 1
+                keep = splittable[group]
+                rows_s, group_s = rows[keep], slot[group[keep]]
+                weight_s = weight[keep] if weight is not None else None
+            else:
+                rows_s, group_s, weight_s = rows, group, weight
+            rep = self._pick_rep(rows_s.shape[0], n, d, Gs, C, weight is not None, store is not None)
             self.representations_.append(rep)
             if rep == "histogram":
-                counts = grouped_histogram(codes, n_levels, y, C, rows, group, G, weight,
+                counts = grouped_histogram(codes, n_levels, y, C, rows_s, group_s, Gs, weight_s,
                                            backend=self._hist_backend).to(torch.float64)
             else:
                 if store is None:
@@ -485,15 +558,10 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                     if rep == "bitslice":
                         store = store.to_bitslice()
                     class_bits = pack_codes(y, C)
-                counts = self._bitmap_counts(store, class_bits, rows, group, G, C, n).to(torch.float64)
-            # counts: (G, L, C) weighted counts of node x attribute level x class
-            tot = counts[:, L_off[0]:L_off[1], :].sum(1)
-            total = tot.sum(1)
-            T.dist[level_nodes] = tot.cpu().numpy()
-            splittable = (total >= 2 * minobj - _SMALL) & ((total - tot.max(1).values) > _SMALL)
-            if self.max_depth is not None and depth >= self.max_depth:
-                splittable = torch.zeros_like(splittable)
-            best, infos = self._select(counts, tot, total, L_off, counted_t, splittable, C, minobj)
+                counts = self._bitmap_counts(store, class_bits, rows_s, group_s, Gs, C, n).to(torch.float64)
+            # counts: (Gs, L, C) weighted counts of splittable node x attribute level x class
+            best, infos = self._select(counts, tot[sel], total[sel], L_off, counted_t, sel, G, C, minobj,
+                                       _lnf if weight is not None else lnf_int, groups)
             ba = best.cpu().numpy()
             S = np.flatnonzero(ba >= 0)
             if S.size == 0:
@@ -578,14 +646,14 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             out[g0:g0 + chunk] = cnt.reshape(L, -1, C).permute(1, 0, 2)
         return out
 
-    def _select(self, counts, tot, total, L_off, counted, splittable, C, minobj):
-        """Best attribute per node (``-1``: leaf) and per-attribute split details, vectorised over nodes."""
-        G_all = counts.shape[0]
-        sel = splittable.nonzero()[:, 0]
+    def _select(self, counts, tot, total, L_off, counted, sel, G_all, C, minobj, lnf=_lnf, groups=None):
+        """Best attribute per node (``-1``: leaf) and per-attribute split details, vectorised over nodes.
+
+        ``counts``, ``tot`` and ``total`` are those of the nodes ``sel`` (indices into the
+        level's ``G_all`` nodes); the results are indexed by all of the level's nodes.
+        """
         best_all = torch.full((G_all,), -1, dtype=torch.int64, device=counts.device)
-        if sel.numel() == 0:
-            return best_all, []
-        best, infos = self._select_sub(counts[sel], tot[sel], total[sel], L_off, counted, C, minobj)
+        best, infos = self._select_sub(counts, tot, total, L_off, counted, C, minobj, lnf, groups)
         best_all[sel] = best
         sel_h = sel.cpu().numpy()
         full = []
@@ -598,77 +666,109 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             full.append(f)
         return best_all, full
 
-    def _select_sub(self, counts, tot, total, L_off, counted, C, minobj):
+    def _attr_groups(self, L_off, device):
+        """The attributes in groups of one kind (nominal or numeric) and one number of known levels.
+
+        The split search runs once per group on a ``(nodes, attributes, levels, classes)``
+        view of the counts instead of once per attribute: fewer, larger tensor ops (kernel
+        launches on a GPU), each attribute's values computed by the same operations as alone.
+        Returns ``[(nominal, k, attribute indices, level indices of the count table)]``.
+        """
         cols = self._cols
+        keys = {}
+        for j in range(len(cols.n_known)):
+            keys.setdefault((bool(cols.nominal[j]), int(cols.n_known[j])), []).append(j)
+        groups = []
+        for (nom, k), J in keys.items():
+            J = np.asarray(J, dtype=np.int64)
+            lv = (np.asarray(L_off, dtype=np.int64)[J][:, None] + np.arange(k)[None, :]).reshape(-1)
+            groups.append((nom, k, torch.as_tensor(J, device=device), torch.as_tensor(lv, device=device)))
+        return groups
+
+    def _select_sub(self, counts, tot, total, L_off, counted, C, minobj, lnf=_lnf, groups=None):
+        """Gain, gain ratio and validity of every attribute's best split at every node; the best attribute.
+
+        ``counts``: ``(G, L, C)`` node x attribute level x class; the last level of each
+        attribute holds its missing values. Attributes of one kind and number of levels
+        are evaluated together (:meth:`_attr_groups`).
+        """
         G = counts.shape[0]
         dev = counts.device
-        d = len(cols.n_known)
+        d = len(self._cols.n_known)
+        if groups is None:
+            groups = self._attr_groups(L_off, dev)
         gains = torch.zeros(G, d, dtype=torch.float64, device=dev)
         ratios = torch.zeros(G, d, dtype=torch.float64, device=dev)
         valid = torch.zeros(G, d, dtype=torch.bool, device=dev)
-        infos = []
-        for j in range(d):
-            k = cols.n_known[j]
-            K = counts[:, L_off[j]:L_off[j] + k, :]  # (G, k, C) known levels
-            known_c = K.sum(1)  # (G, C)
-            known = known_c.sum(1)
-            unknown = (total - known).clamp_min(0)
-            rate = torch.where(total > 0, unknown / total.clamp_min(1e-300), torch.zeros_like(total))
-            old_ent = (_lnf(known) - _lnf(known_c).sum(1)) / _LN2
-            if cols.nominal[j]:
-                per_bag = K.sum(2)  # (G, k)
-                new_ent = (_lnf(per_bag).sum(1) - _lnf(K).sum((1, 2))) / _LN2
+        infos = [None] * d
+        tot1 = total[:, None]
+        lnf_total = lnf(total)[:, None]
+        for nom, k, J, lv in groups:
+            A = J.shape[0]
+            K = counts.index_select(1, lv).reshape(G, A, k, C)  # known levels
+            known_c = K.sum(2)  # (G, A, C)
+            known = known_c.sum(2)
+            unknown = (tot1 - known).clamp_min(0)
+            rate = torch.where(tot1 > 0, unknown / tot1.clamp_min(1e-300), torch.zeros_like(unknown))
+            old_ent = (lnf(known) - lnf(known_c).sum(2)) / _LN2
+            bag = K.sum(3)  # (G, A, k)
+            if nom:
+                new_ent = (lnf(bag).sum(2) - lnf(K).sum((2, 3))) / _LN2
                 num = (1 - rate) * (old_ent - new_ent)
                 gain = torch.where(num.abs() < _SMALL, torch.zeros_like(num), num / known.clamp_min(1e-300))
-                ok = ((per_bag >= minobj - _SMALL).sum(1) >= 2) & (known > 0)
-                split_ent = (-_lnf(per_bag).sum(1) - _lnf(unknown) + _lnf(total)) / _LN2
-                ratio = _ratio(gain, split_ent, total)
-                infos.append({"bags": per_bag.cpu().numpy()})
+                ok = ((bag >= minobj - _SMALL).sum(2) >= 2) & (known > 0)
+                split_ent = (-lnf(bag).sum(2) - lnf(unknown) + lnf_total) / _LN2
+                ratio = _ratio(gain, split_ent, tot1)
+                bags_h = bag.cpu().numpy()
+                for a, j in enumerate(J.tolist()):
+                    infos[j] = {"bags": bags_h[:, a]}
             else:
-                left_c = K.cumsum(1)[:, :-1, :]  # (G, k-1, C): cut after level t
-                left = left_c.sum(2)
-                right_c = known_c[:, None, :] - left_c
-                right = known[:, None] - left
-                present = K.sum(2)[:, :-1] > 0
+                left_c = K.cumsum(2)[:, :, :-1, :]  # (G, A, k-1, C): cut after level t
+                left = left_c.sum(3)
+                right_c = known_c[:, :, None, :] - left_c
+                right = known[:, :, None] - left
+                present = bag[:, :, :-1] > 0
                 min_split = (0.1 * known / C).clamp(min=minobj, max=25.0)
-                cand = present & (left >= min_split[:, None] - _SMALL) & (right >= min_split[:, None] - _SMALL)
-                cand &= (known >= 2 * min_split - _SMALL)[:, None]
-                new_ent = (_lnf(left) + _lnf(right) - _lnf(left_c).sum(2) - _lnf(right_c).sum(2)) / _LN2
-                num = (1 - rate)[:, None] * (old_ent[:, None] - new_ent)
-                g_t = torch.where(num.abs() < _SMALL, torch.zeros_like(num), num / known.clamp_min(1e-300)[:, None])
+                cand = present & (left >= min_split[..., None] - _SMALL) & (right >= min_split[..., None] - _SMALL)
+                cand &= (known >= 2 * min_split - _SMALL)[..., None]
+                new_ent = (lnf(left) + lnf(right) - lnf(left_c).sum(3) - lnf(right_c).sum(3)) / _LN2
+                num = (1 - rate)[..., None] * (old_ent[..., None] - new_ent)
+                g_t = torch.where(num.abs() < _SMALL, torch.zeros_like(num), num / known.clamp_min(1e-300)[..., None])
                 g_t = torch.where(cand, g_t, torch.full_like(g_t, -math.inf))
-                n_cand = cand.sum(1)
-                if g_t.shape[1]:
-                    best_g, _ = g_t.max(1)
+                n_cand = cand.sum(2)
+                if k >= 2:
+                    best_g, _ = g_t.max(2)
                     # the first cut within 1e-6 of the best (J48 scans cuts in order, keeping strict improvements)
-                    first = (g_t >= best_g[:, None] - _SMALL).to(torch.int8).argmax(1)
+                    first = (g_t >= best_g[..., None] - _SMALL).to(torch.int8).argmax(2)
                 else:
-                    best_g = torch.full((G,), -math.inf, dtype=torch.float64, device=dev)
-                    first = torch.zeros(G, dtype=torch.int64, device=dev)
+                    best_g = torch.full((G, A), -math.inf, dtype=torch.float64, device=dev)
+                    first = torch.zeros(G, A, dtype=torch.int64, device=dev)
                 has = (n_cand > 0) & (best_g > _SMALL)
-                gain = best_g - torch.log2(n_cand.clamp_min(1).to(torch.float64)) / total.clamp_min(1e-300)
+                gain = best_g - torch.log2(n_cand.clamp_min(1).to(torch.float64)) / tot1.clamp_min(1e-300)
                 ok = has & (gain > _SMALL)
                 gain = torch.where(ok, gain, torch.zeros_like(gain))
                 idx = first.clamp_max(max(k - 2, 0))
-                if g_t.shape[1]:
-                    lb = left.gather(1, idx[:, None])[:, 0]
-                    rb = right.gather(1, idx[:, None])[:, 0]
+                if k >= 2:
+                    lb = left.gather(2, idx[..., None])[..., 0]
+                    rb = right.gather(2, idx[..., None])[..., 0]
                 else:
                     lb = rb = torch.zeros_like(known)
-                split_ent = (-_lnf(lb) - _lnf(rb) - _lnf(unknown) + _lnf(total)) / _LN2
-                ratio = _ratio(gain, split_ent, total)
+                split_ent = (-lnf(lb) - lnf(rb) - lnf(unknown) + lnf_total) / _LN2
+                ratio = _ratio(gain, split_ent, tot1)
                 pos = torch.arange(k, device=dev)
-                pres_all = K.sum(2) > 0
                 if k:
-                    nxt = torch.where(pres_all & (pos[None, :] > idx[:, None]), pos[None, :],
-                                      torch.full_like(pres_all, k, dtype=torch.int64)).min(1).values.clamp_max(k - 1)
+                    nxt = torch.where((bag > 0) & (pos > idx[..., None]), pos,
+                                      torch.full_like(bag, k, dtype=torch.int64)).min(2).values.clamp_max(k - 1)
                 else:  # no known value anywhere (an all-missing column): no cut, never chosen (ok is False)
-                    nxt = torch.zeros(G, dtype=torch.int64, device=dev)
-                infos.append({"thr": idx.cpu().numpy(), "next": nxt.cpu().numpy(),
-                              "bags": torch.stack([lb, rb], 1).cpu().numpy()})
-            gains[:, j] = gain
-            ratios[:, j] = ratio
-            valid[:, j] = ok
+                    nxt = torch.zeros(G, A, dtype=torch.int64, device=dev)
+                # one transfer for the group's split details
+                det = torch.stack([idx.to(torch.float64), nxt.to(torch.float64), lb, rb], 2).cpu().numpy()
+                for a, j in enumerate(J.tolist()):
+                    infos[j] = {"thr": det[:, a, 0].astype(np.int64), "next": det[:, a, 1].astype(np.int64),
+                                "bags": det[:, a, 2:]}
+            gains[:, J] = gain
+            ratios[:, J] = ratio
+            valid[:, J] = ok
         use = valid & counted[None, :]
         n_use = use.sum(1)
         avg = torch.where(n_use > 0, (gains * use).sum(1) / n_use.clamp_min(1), torch.zeros_like(total))
@@ -720,53 +820,52 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         return rows, group, weight
 
     # ------------------------------------------------------------------ pruning
-    def _children(self, v):
-        T = self._tree
-        f = int(T.first[v])
-        return range(f, f + int(T.nchild[v]))
-
-    def _postorder(self, root):
-        out, stack = [], [(root, False)]
-        while stack:
-            v, done = stack.pop()
-            if done:
-                out.append(v)
-                continue
-            stack.append((v, True))
-            for c in reversed(self._children(v)):
-                stack.append((c, False))
-        return out
-
     def _collapse(self, root):
+        """J48's collapse: a subtree whose leaves make no fewer training errors (within 1e-3) than the node becomes a leaf.
+
+        Level by level: the subtrees' errors bottom-up (each the sum of its branches' in
+        branch order, as the recursion adds them), then the decisions top-down, where a
+        collapsed node's descendants are no longer visited.
+        """
         T = self._tree
         err = T.errors()
-        sub = {}
-        for v in self._postorder(root):
-            sub[v] = sum(sub[c] for c in self._children(v)) if T.nchild[v] else err[v]
-        stack = [root]
-        while stack:
-            v = stack.pop()
-            if not T.nchild[v]:
-                continue
-            if sub[v] >= err[v] - 1e-3:
-                T.nchild[v] = 0
-            else:
-                stack.extend(self._children(v))
+        levels = [np.array([root])]
+        while True:
+            P = levels[-1][T.nchild[levels[-1]] > 0]
+            if not P.size:
+                break
+            levels.append(T.children(P))
+        sub = err.copy()
+        for lvl in reversed(levels):
+            P = lvl[T.nchild[lvl] > 0]
+            if P.size:
+                sub[P] = _branch_sums(T, P, sub)
+        frontier = levels[0]
+        while frontier.size:
+            P = frontier[T.nchild[frontier] > 0]
+            done = sub[P] >= err[P] - 1e-3
+            T.nchild[P[done]] = 0
+            frontier = T.children(P[~done])
 
     def _prune(self):
+        """Pessimistic subtree replacement (``J48 -S``), bottom-up level by level; sums in branch order."""
         T = self._tree
         est = T.estimated_errors(float(self.confidence))
-        est_sub = {}
-        for v in self._postorder(0):
-            if not T.nchild[v]:
-                est_sub[v] = est[v]
+        levels = [np.array([0])]
+        while True:
+            P = levels[-1][T.nchild[levels[-1]] > 0]
+            if not P.size:
+                break
+            levels.append(T.children(P))
+        est_sub = est.copy()
+        for lvl in reversed(levels):
+            P = lvl[T.nchild[lvl] > 0]
+            if not P.size:
                 continue
-            tree = sum(est_sub[c] for c in self._children(v))
-            if est[v] <= tree + 0.1 + _SMALL:
-                T.nchild[v] = 0
-                est_sub[v] = est[v]
-            else:
-                est_sub[v] = tree
+            tree = _branch_sums(T, P, est_sub)
+            leaf = est[P] <= tree + 0.1 + _SMALL
+            T.nchild[P[leaf]] = 0
+            est_sub[P] = np.where(leaf, est[P], tree)
 
     def _prune_raising(self, codes, y, w):
         """J48's pessimistic pruning with subtree raising (``C45PruneableClassifierTree.prune``).
@@ -1320,6 +1419,17 @@ class _Nodes:
         pos = N >= _SMALL
         out[pos] = e[pos] + _add_errors_vec(N[pos], e[pos], cf)
         return out
+
+
+def _branch_sums(T, P, vals):
+    """``sum(vals[c] for c in children(p))`` for every inner node ``p`` of ``P``, added in branch order."""
+    k = T.nchild[P]
+    f = T.first[P]
+    acc = np.zeros(P.size)
+    for b in range(int(k.max()) if P.size else 0):
+        m = b < k
+        acc[m] = acc[m] + vals[f[m] + b]
+    return acc
 
 
 def _add_errors_vec(N, e, cf):
