@@ -303,7 +303,7 @@ class OutlierBench:
         from ..config import working_memory_bytes
 
         Xt = torch.from_numpy(X)
-        m = check_candidates(candidates or self.args.candidates, device, len(X))
+        m = check_candidates(candidates or self.args.candidates, device, len(X), X.shape[1])
         budget = working_memory_bytes(self.args.working_memory, device)
         synchronize(device)
         start = time.perf_counter()

@@ -94,7 +94,8 @@ class DistanceOutliers:
     seconds: float
     device: str
     stats: dict = field(default_factory=dict)
-    """Extra counters: SolvingSet's ``rows_recomputed`` (tile rows re-done in the canonical form) and
+    """Extra counters: SolvingSet's ``rows_recomputed`` (tile rows re-done in the canonical form by the
+    dense merge), ``sparse_tiles`` (tiles merged through their few pairs below the heaps' k-th scores) and
     ``trace`` (per iteration: candidates, active and inactive points, live candidates at the end,
     cutoff); brute force's kNN ``engine`` statistics."""
 
@@ -160,9 +161,11 @@ def check_n_outliers(n_outliers, n_samples: int) -> int:
     return n_outliers
 
 
-def check_candidates(n_candidates, device: torch.device, n_samples: int) -> int:
+def check_candidates(n_candidates, device: torch.device, n_samples: int, n_features: int | None = None) -> int:
+    """Candidates per SolvingSet iteration; ``"auto"`` follows :func:`auto_candidates` (by device and,
+    when given, the number of features)."""
     if isinstance(n_candidates, str) and n_candidates == "auto":
-        return auto_candidates(device, n_samples)
+        return auto_candidates(device, n_samples, n_features)
     if isinstance(n_candidates, bool) or not isinstance(n_candidates, numbers.Integral) or n_candidates < 1:
         raise ValueError(f"n_candidates must be 'auto' or a positive integer; got {n_candidates!r}")
     return int(min(n_candidates, n_samples))
@@ -301,7 +304,9 @@ def top_n_outliers(
         the same outliers and weights.
     n_candidates : int or "auto", default "auto"
         Candidates per SolvingSet iteration (the paper's m = 100). ``"auto"``:
-        1024 on a GPU, 256 on the CPU.
+        256 for data of at most 3 features; otherwise 4096 on a GPU and 1024
+        on the CPU (from a sweep over the paper's data sets: see
+        :func:`gpumine.outliers._solving_set.auto_candidates`).
     include_self : bool, default False
         Count each point as its own first neighbour at distance 0, as the seed
         paper does (its weight then sums the k - 1 nearest other points).
@@ -353,7 +358,7 @@ def top_n_outliers(
     m = None
     if method == "solving_set":
         resolve_backend(backend, dev, has_triton_kernel=False)  # no Triton kernel for the tiles: 'triton' raises
-        m = check_candidates(n_candidates, dev, n)
+        m = check_candidates(n_candidates, dev, n, d)
         _check_space_fits(n, d, k_other, dev)
     else:
         check_candidates(n_candidates, dev, n)  # validated even when unused
@@ -364,7 +369,7 @@ def top_n_outliers(
         torch.cuda.synchronize(dev)
     seconds = time.perf_counter() - start
     pairs = n * (n - 1) // 2
-    stats = {k_: v for k_, v in out.items() if k_ in ("rows_recomputed", "engine", "trace")}
+    stats = {k_: v for k_, v in out.items() if k_ in ("rows_recomputed", "sparse_tiles", "engine", "trace")}
     return DistanceOutliers(
         indices=to_output(out["top_indices"], kind),
         weights=to_output(out["top_weights"], kind),

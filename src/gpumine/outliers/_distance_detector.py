@@ -211,7 +211,7 @@ class DistanceOutlierDetector(OutlierMixin, BaseEstimator):
             )
         k_other = effective_k(self.n_neighbors, n, include_self, name="n_neighbors")
         n_out = self._resolve_n_outliers(n)
-        m = check_candidates(self.n_candidates, dev, n)
+        m = check_candidates(self.n_candidates, dev, n, Xt.shape[1])
         out = run(Xt, n_out, k_other, method=method, n_candidates=m, metric=metric, seed=seed_from(self.random_state),
                   device=dev, budget=budget, backend=self.backend, verbose=self.verbose)
         kind = output_kind(X)

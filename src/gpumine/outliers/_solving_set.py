@@ -46,6 +46,10 @@ canonical form, and is *certified* when no entry left out can reach the new
 k-th value (``tile score - bound >= new k-th``), or when every entry that could
 beat the heap was taken; rows that fail are recomputed over the whole tile in
 the canonical form. So heaps always hold exact k smallest canonical scores.
+Once heaps are full most pairs of a tile can change no heap: when the pairs below the
+heaps' k-th scores are few (:data:`SPARSE_FRACTION` of the tile), only those are merged
+(their canonical scores grouped by row and by column, :func:`_update_tile`), with the
+same heaps as the dense merge.
 """
 
 from __future__ import annotations
@@ -75,18 +79,38 @@ class SolvingSetTimeout(RuntimeError):
         self.stats = stats
 
 
-def auto_candidates(device: torch.device, n: int) -> int:
-    """Default candidates per iteration: 1024 on a GPU, 256 on the CPU (at most n).
+def auto_candidates(device: torch.device, n: int, d: int | None = None) -> int:
+    """Default candidates per iteration (the paper's m = 100 was tuned for one CPU core), at most n.
 
-    The paper's m = 100 was tuned for one CPU core. On a GPU a candidate batch
-    is one tile row-block, and every iteration also pays fixed costs (choosing
-    the next candidates over all n points, host synchronisations), so larger
-    batches amortise better, at the price of a somewhat larger solving set. On
-    the CPU, 256 measured best on 2-d Gaussian data and 1024 on Covertype; the
-    GPU default is a starting point: ``benchmarks/outliers.py
-    --sweep-candidates`` measures it.
+    ============  =====  ===================================================
+    device        d      m
+    ============  =====  ===================================================
+    GPU           <= 3   256
+    GPU           >= 4   4096
+    GPU           None   1024 (the dimension unknown: the earlier default)
+    CPU           <= 3   256
+    CPU           other  1024
+    ============  =====  ===================================================
+
+    From the H200 sweep in ``BENCHMARKS.md`` (``benchmarks/outliers.py
+    --sweep-candidates 256,1024,4096``; k = 5 / 10 / 50; milliseconds, with the
+    fraction of pairs): G2d 1M x 2 at m = 256 / 1024 / 4096: 87-130 / 137-187 /
+    302-401 ms (0.13-0.16 % / 0.41 % / 1.5 %); G3d 500K x 3: 59-156 / 82-110 /
+    161-226 ms (256 best at k = 5 and 10, 1024 at k = 50); Covertype (ADBench,
+    286K x 10): 215-512 / 174-376 / 128-249 ms at the same fraction (6-14 %);
+    Poker 1M x 10: 3.6-10.1 / 2.3-7.4 / 1.8-6.4 s. In low dimension a few
+    candidates prune almost everything and larger batches only add pairs; in ten
+    dimensions the fraction hardly depends on m, and fewer, larger iterations
+    (fewer passes over all n points, fewer host synchronisations, wider tiles)
+    win. On the CPU, 256 measured best on 2-d Gaussian data and 1024 on
+    Covertype. ``n_candidates`` overrides it.
     """
-    m = 1024 if device.type == "cuda" else 256
+    if d is None:
+        m = 1024 if device.type == "cuda" else 256
+    elif d <= 3:
+        m = 256
+    else:
+        m = 4096 if device.type == "cuda" else 1024
     return max(1, min(m, n))
 
 
@@ -172,6 +196,134 @@ def _update_columns(space, heap, ub, rows_global, S, cols_global, k, margin, sta
     _update_rows(space, heap, ub, sub_ids, St, rows_global, sub_bound, k, margin, stats)
 
 
+#: The sparse merge of a tile runs when the pairs that can change a heap are at most this fraction of
+#: the tile (per device type; 0 turns it off, 1 always uses it). The sparse merge sorts the selected
+#: pairs three times (by value, then by row and by column group); the dense one makes several
+#: passes over the whole tile (row and column minima, a top-k along every row, the transposed tile
+#: of the columns that can improve and its top-k). On the CPU (one thread, 40,000 rows of
+#: Covertype, d = 10, m = 256) they cost the same at about 8 % of the tile (sparse 198-292 ms,
+#: dense 194-346 ms per 256 x 35,000 tile) and the sparse merge loses at 16-25 % (174-254 ms
+#: against 107-177 ms). On a GPU the sort is a radix sort and the dense top-k over rows of
+#: 10^5 columns runs one block per row, so the break-even should be higher: 1/8 there is a guess,
+#: not a measurement: time a run with ``SPARSE_FRACTION["cuda"]`` set to 0 (the dense merge
+#: only) and to 1/8, 1/4 (results are identical whatever it is).
+SPARSE_FRACTION = {"cpu": 1 / 16, "cuda": 1 / 8}
+
+
+def _sparse_limit(rows: int, cols: int, device: torch.device) -> int:
+    """Most selected pairs for which a (rows x cols) tile takes the sparse merge (see :data:`SPARSE_FRACTION`)."""
+    return int(rows * cols * SPARSE_FRACTION.get(device.type, 1 / 16))
+
+
+def _scatter_segments(seg, val, n_seg, k):
+    """(n_seg, k) ascending smallest values per segment from pairs already sorted by (segment, value).
+
+    ``seg`` (int32) is non-decreasing; positions k and later of a segment land in a discarded
+    column. Segments with fewer than k values are padded with +inf.
+    """
+    P = seg.numel()
+    seg = seg.to(torch.int64)
+    counts = torch.bincount(seg, minlength=n_seg)
+    start = torch.cumsum(counts, 0) - counts
+    rank = torch.arange(P, device=seg.device) - start.index_select(0, seg)
+    out = torch.full((n_seg, k + 1), _INF, dtype=torch.float64, device=seg.device)
+    out.index_put_((seg, rank.clamp_(max=k)), val)
+    return out[:, :k]
+
+
+def _merge_sorted_heaps(old, new, k):
+    """The k smallest of two (r, k) ascending rows (values only: equal values are interchangeable)."""
+    return torch.sort(torch.cat([old, new], dim=1), dim=1).values[:, :k]
+
+
+def _update_tile(space, heap, ub, rows_global, S, cols_global, k, margin, stats, *, columns: bool):
+    """Merge a tile into the heaps of its rows and, with ``columns``, of its columns.
+
+    Rows and columns are disjoint point sets. A pair can change a heap only when its score is
+    below the heap's k-th score (equal scores change nothing; with an inexact tile, when its tile
+    score is within the tile bound of that). Those pairs are selected first; when they are few
+    (:func:`_sparse_limit`) only they are merged: their canonical scores (the tile's own when the
+    tile is exact) are sorted by value, then grouped by row and by column, and each heap takes the
+    k smallest of its old entries and its group. Every pair that can beat a heap's k-th entry is
+    in its group, so the heap is the k smallest of its old entries and the whole tile's canonical
+    scores: exactly what the dense merge (:func:`_update_rows`, :func:`_update_columns`) gives.
+    Otherwise the dense merge runs.
+    """
+    r, T = S.shape
+    kth = heap[:, k - 1]
+    thr_r = kth.index_select(0, rows_global)
+    thr_c = kth.index_select(0, cols_global) if columns else None
+    limit = _sparse_limit(r, T, S.device)
+    P = limit + 1
+    rb = space.row_bounds(rows_global, cols_global)
+    cb = space.col_bounds(rows_global, cols_global) if columns else None
+
+    def select(cs):  # the pairs of the columns ``cs`` (a slice) that can change a heap
+        Sc = S[:, cs]
+        mask = Sc < thr_r[:, None] if rb is None else Sc <= (thr_r + rb)[:, None]
+        if columns:
+            mask |= Sc < thr_c[None, cs] if cb is None else Sc <= (thr_c + cb)[None, cs]
+        return mask
+
+    # estimate first (which merge runs never changes the heaps), so that a tile bound for the
+    # dense merge does not pay for the full selection: on every step-th column of a wide tile,
+    # else from the infinite thresholds (heaps with fewer than k entries select their whole
+    # row or column)
+    step = T // 512
+    if step >= 4:
+        estimate = select(slice(None, None, step)).sum() * step
+    else:
+        estimate = torch.isinf(thr_r).sum() * T
+        if columns:
+            estimate = estimate + torch.isinf(thr_c).sum() * r
+    if int(estimate) <= 2 * limit:
+        mask = select(slice(None))
+        P = int(mask.sum())
+    if P > limit:
+        _update_rows(space, heap, ub, rows_global, S, cols_global, space.row_bounds(rows_global, cols_global), k,
+                     margin, stats)
+        if columns:
+            _update_columns(space, heap, ub, rows_global, S, cols_global, k, margin, stats)
+        return
+    if P == 0:  # no pair can change a heap
+        return
+    stats["sparse_tiles"] += 1
+    ij = mask.nonzero()
+    del mask
+    i, j = ij[:, 0], ij[:, 1]
+    if space.exact:
+        v = S[i, j].to(torch.float64)
+    else:
+        v = space.canonical(rows_global.index_select(0, i), cols_global.index_select(0, j))
+    order = torch.argsort(v)
+    v = v.index_select(0, order)
+    # rows: group the value-sorted pairs by row (a stable sort keeps each group ascending)
+    seg = i.index_select(0, order).to(torch.int32)
+    by = torch.sort(seg, stable=True)
+    new = _scatter_segments(by.values, v.index_select(0, by.indices), r, k)
+    merged = _merge_sorted_heaps(heap.index_select(0, rows_global), new, k)
+    heap[rows_global] = merged
+    ub[rows_global] = space.weight(merged)
+    if not columns:
+        return
+    # columns: only those where some pair beats the k-th entry (the canonical score decides)
+    jv = j.index_select(0, order)
+    beats = v < thr_c.index_select(0, jv)
+    hit = torch.zeros(T, dtype=torch.int64, device=S.device).index_add_(0, jv, beats.to(torch.int64))
+    hit_cols = (hit > 0).nonzero().squeeze(1)
+    H = hit_cols.numel()
+    if H == 0:
+        return
+    slot = torch.full((T,), H, dtype=torch.int32, device=S.device)
+    slot[hit_cols] = torch.arange(H, dtype=torch.int32, device=S.device)
+    by = torch.sort(slot.index_select(0, jv), stable=True)
+    new = _scatter_segments(by.values, v.index_select(0, by.indices), H + 1, k)[:H]
+    ids = cols_global.index_select(0, hit_cols)
+    merged = _merge_sorted_heaps(heap.index_select(0, ids), new, k)
+    heap[ids] = merged
+    ub[ids] = space.weight(merged)
+
+
 def _may_enter(ub: torch.Tensor, ids: torch.Tensor, cutoff: float, last: int) -> torch.Tensor:
     """Points whose weight could still enter ``Top``: bound above the cutoff, or equal to it with a
     lower index than the n-th outlier's (ties go to the lower index, so they could still displace it)."""
@@ -217,7 +369,7 @@ def solving_set(
     top_i = torch.empty(0, dtype=torch.int64, device=dev)
     cutoff, last = -_INF, n  # the n-th outlier's weight and index (-inf, n while Top is not full)
     arange = torch.arange(n, device=dev)
-    stats = {"iterations": 0, "distances": 0, "rows_recomputed": 0, "trace": []}
+    stats = {"iterations": 0, "distances": 0, "rows_recomputed": 0, "sparse_tiles": 0, "trace": []}
     chosen = []
     m = max(1, min(n_candidates, n))
     generator = torch.Generator().manual_seed(int(seed))
@@ -253,8 +405,7 @@ def solving_set(
                 check_time()
                 cols = act_idx[t0 : t0 + T]
                 S = space.tile(cand, cols)
-                _update_rows(space, heap, ub, cand, S, cols, space.row_bounds(cand, cols), k, margin, stats)
-                _update_columns(space, heap, ub, cand, S, cols, k, margin, stats)
+                _update_tile(space, heap, ub, cand, S, cols, k, margin, stats, columns=True)
                 stats["distances"] += mc * cols.numel()
                 del S
             # candidates still live x inactive points: only the candidates' heaps
@@ -268,21 +419,23 @@ def solving_set(
                     break
                 cols = inact_idx[t0 : t0 + T]
                 S = space.tile(rows, cols)
-                _update_rows(space, heap, ub, rows, S, cols, space.row_bounds(rows, cols), k, margin, stats)
+                _update_tile(space, heap, ub, rows, S, cols, k, margin, stats, columns=False)
                 stats["distances"] += rows.numel() * cols.numel()
                 del S
             # every candidate's weight is offered to Top (the erratum of Fig. 2)
             exact_w[cand[~skipped]] = True
             top_w, top_i = _merge_top(top_w, top_i, ub.index_select(0, cand), cand, n_outliers)
             if top_w.numel() == n_outliers:
-                cutoff, last = float(top_w[-1]), int(top_i[-1])
+                # one host read for both (indices are below 2**53: exact in float64)
+                cw, ci = torch.stack([top_w[-1], top_i[-1].to(torch.float64)]).tolist()
+                cutoff, last = cw, int(ci)
             eligible = ~in_s & _may_enter(ub, arange, cutoff, last)
-            n_eligible = int(eligible.sum())
+            n_eligible, live_at_end = (int(c) for c in torch.stack([eligible.sum(), (~skipped).sum()]).tolist())
             settled = n - n_eligible
             bar.update(max(0, settled - settled_before))
             settled_before = settled
             stats["trace"].append({"candidates": mc, "active": int(act_idx.numel()), "inactive": int(inact_idx.numel()),
-                                   "live_at_end": int((~skipped).sum()), "cutoff": cutoff, "eligible": n_eligible})
+                                   "live_at_end": live_at_end, "cutoff": cutoff, "eligible": n_eligible})
             if n_eligible == 0:
                 break
             key = torch.where(eligible, -ub, torch.full_like(ub, _INF))
