@@ -278,3 +278,13 @@ def test_max_latency_scores_a_partial_window_when_input_stalls():
         assert proc.wait(timeout=60) == 0
     finally:
         proc.kill()
+
+
+def test_gpumine_stream_through_the_main_command_exits_cleanly_with_all_output():
+    # `gpumine stream` leaves with os._exit after flushing: every record must still be written
+    lines = "".join(f"{i % 7},{(i * 3) % 5}\n" for i in range(50)).encode()
+    proc = subprocess.run([sys.executable, "-m", "gpumine", "stream", "-", "--window", "8", "-k", "2", "--device", "cpu",
+                           "--quiet"], input=lines, capture_output=True, env=ENV, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = proc.stdout.decode().strip().splitlines()
+    assert out[0] == "line,lof,outlier" and len(out) == 51
