@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import platform
 import sys
 import time
@@ -273,12 +272,9 @@ def console_main() -> None:
     argv = sys.argv[1:]
     code = main(argv)
     if argv[:1] == ["stream"]:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):  # the reader of the output has gone: nothing left to deliver
-                pass
-        os._exit(code)
+        from .stream._cli import exit_after_flush
+
+        exit_after_flush(code)
     sys.exit(code)
 
 

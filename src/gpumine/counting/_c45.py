@@ -829,12 +829,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         """
         T = self._tree
         err = T.errors()
-        levels = [np.array([root])]
-        while True:
-            P = levels[-1][T.nchild[levels[-1]] > 0]
-            if not P.size:
-                break
-            levels.append(T.children(P))
+        levels = T.levels(root)
         sub = err.copy()
         for lvl in reversed(levels):
             P = lvl[T.nchild[lvl] > 0]
@@ -851,12 +846,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         """Pessimistic subtree replacement (``J48 -S``), bottom-up level by level; sums in branch order."""
         T = self._tree
         est = T.estimated_errors(float(self.confidence))
-        levels = [np.array([0])]
-        while True:
-            P = levels[-1][T.nchild[levels[-1]] > 0]
-            if not P.size:
-                break
-            levels.append(T.children(P))
+        levels = T.levels(0)
         est_sub = est.copy()
         for lvl in reversed(levels):
             P = lvl[T.nchild[lvl] > 0]
@@ -1406,6 +1396,15 @@ class _Nodes:
         """Ids of the children of ``parents``, parent by parent, each parent's in order."""
         k = self.nchild[parents]
         return np.repeat(self.first[parents], k) + (np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k))
+
+    def levels(self, root):
+        """The subtree under ``root`` as arrays of node ids, one per depth, top-down."""
+        levels = [np.array([root])]
+        while True:
+            parents = levels[-1][self.nchild[levels[-1]] > 0]
+            if not parents.size:
+                return levels
+            levels.append(self.children(parents))
 
     def errors(self):
         d = self.dist[:self.n]
