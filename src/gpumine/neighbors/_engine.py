@@ -289,15 +289,21 @@ def knn_search(
     out_index = torch.empty((n_query, k), dtype=torch.int64, device=result_device)
     if n_query == 0:
         return out_scores, out_index
+    if not metric.uses_matmul:  # scored by direct differences: no product for precision to round
+        precision = "exact"
     c = candidate_count(k, n_ref, precision)
+    # the kernel scores low-dimensional L2 by direct differences too
+    fused_precision = "exact" if _scores_directly(metric, d) else precision
     if backend == "auto":
-        backend = "triton" if auto_prefers_fused(metric, dtype, k, n_query, n_ref, d, precision) else "torch"
+        backend = "triton" if auto_prefers_fused(metric, dtype, k, n_query, n_ref, d, fused_precision) else "torch"
     if backend == "triton":
-        reason = fused_unsupported(metric, dtype, k, n_ref, precision)
+        reason = fused_unsupported(metric, dtype, k, n_ref, fused_precision)
         if reason:
             raise ValueError(f"backend='triton' cannot run this search: {reason}; use backend='torch' or 'auto'")
     fused = backend == "triton"
+    direct = fused and _scores_directly(metric, d)
     if fused:
+        precision = fused_precision
         c = fused_candidate_count(k, n_ref, precision)
     plan = retry_plan = plan_tiles(n_query, n_ref, d, c, ref.element_size(), budget_bytes)
     if fused:
@@ -318,7 +324,7 @@ def knn_search(
             else:
                 cand_scores, cand_index = _candidates(Qp, refs, ids, c, exclude_self, precision)
             scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, ids, exclude_self, plan,
-                                               direct=fused and _scores_directly(metric, d), precision=precision)
+                                               direct=direct, precision=precision)
             failed = (~certified).nonzero().squeeze(1)
             # rows the certificate could not settle (exact ties or duplicates around the
             # k-th place): retry with 8x the candidates, then scan exactly as a last resort
