@@ -303,7 +303,7 @@ class OutlierBench:
         from ..config import working_memory_bytes
 
         Xt = torch.from_numpy(X)
-        m = check_candidates(candidates or self.args.candidates, device, len(X), X.shape[1])
+        m = check_candidates(candidates or self.args.candidates, device, len(X), X.shape[1], k)
         budget = working_memory_bytes(self.args.working_memory, device)
         synchronize(device)
         start = time.perf_counter()
@@ -316,7 +316,7 @@ class OutlierBench:
         info = {"iterations": int(out["iterations"]), "distances": int(out["distances"]),
                 "fraction": out["distances"] / (n * (n - 1) / 2), "n_candidates": m if method == "solving_set" else None,
                 "solving_set": int(out["solving_set"].numel()) if method == "solving_set" else None,
-                "rows_recomputed": out.get("rows_recomputed"), "engine": out.get("engine")}
+                "rows_recomputed": out.get("rows_recomputed"), "engine": out.get("engine"), "form": out.get("form")}
         if keep_scores:  # brute force: every point's exact weight
             info["scores"] = out["scores"].cpu().numpy()
         del out
@@ -333,7 +333,8 @@ class OutlierBench:
 
     def _bf_estimate(self, X: np.ndarray, k: int) -> float:
         """Seconds a full brute-force run would take, from the engine on a slice of the queries."""
-        from ..outliers._distance_based import _engine_search, engine_backend
+        from ..neighbors._engine import knn_search
+        from ..outliers._distance_based import engine_backend
         from ..core.distance import get_metric
         from ..config import working_memory_bytes
 
@@ -347,11 +348,14 @@ class OutlierBench:
         eb = engine_backend(None, self.device, metric, Xt.dtype, k, n)
         # warm-up on the very slice that is timed: the compiled kernel variant can depend on the
         # query count (a third-session H200 run timed a compilation and estimated ~108 s)
-        _engine_search(Xt, Xt[:q], k, metric, exclude_self=True, device=self.device, budget=budget,
-                       verbose=0, backend=eb)
+        def search():
+            knn_search(Xt, Xt[:q], k, metric, exclude_self=True, device=self.device, budget_bytes=budget,
+                       result_device=self.device, verbose=0, backend=eb)
+
+        search()
         synchronize(self.device)
         start = time.perf_counter()
-        _engine_search(Xt, Xt[:q], k, metric, exclude_self=True, device=self.device, budget=budget, verbose=0, backend=eb)
+        search()
         synchronize(self.device)
         return (time.perf_counter() - start) * n / q
 

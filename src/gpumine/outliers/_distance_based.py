@@ -33,8 +33,10 @@ from .._validation import check_array, output_kind, to_output
 from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ..core.select import topk_smallest
 from ..core.tiles import fits_on_device
-from ..neighbors._engine import choose_backend, knn_search
+from ..neighbors._engine import choose_backend
+from ._canonical_knn import canonical_knn
 from ._solving_set import SolvingSetTimeout, auto_candidates, solving_set
+from ._solving_set_engine import solving_set_on_engine
 from ._weights import PairSpace, resolve_metric
 
 __all__ = ["top_n_outliers", "DistanceOutliers", "METHODS", "SolvingSetTimeout"]
@@ -161,11 +163,13 @@ def check_n_outliers(n_outliers, n_samples: int) -> int:
     return n_outliers
 
 
-def check_candidates(n_candidates, device: torch.device, n_samples: int, n_features: int | None = None) -> int:
+def check_candidates(n_candidates, device: torch.device, n_samples: int, n_features: int | None = None,
+                     k: int | None = None) -> int:
     """Candidates per SolvingSet iteration; ``"auto"`` follows :func:`auto_candidates` (by device and,
-    when given, the number of features)."""
+    when given, the number of features and the form that ``k`` neighbours run in)."""
     if isinstance(n_candidates, str) and n_candidates == "auto":
-        return auto_candidates(device, n_samples, n_features)
+        form = solving_set_form(device, n_features, k) if n_features is not None and k is not None else "tiles"
+        return auto_candidates(device, n_samples, n_features, form)
     if isinstance(n_candidates, bool) or not isinstance(n_candidates, numbers.Integral) or n_candidates < 1:
         raise ValueError(f"n_candidates must be 'auto' or a positive integer; got {n_candidates!r}")
     return int(min(n_candidates, n_samples))
@@ -189,33 +193,12 @@ def engine_backend(backend, device, metric, dtype, k, n_ref) -> str:
     return choose_backend(backend, device, metric, dtype, k, n_ref)
 
 
-def _engine_search(ref, query, k, metric, *, exclude_self, device, budget, verbose, backend, stats=None):
-    return knn_search(ref, query, k, metric, exclude_self=exclude_self, device=device, budget_bytes=budget,
-                      result_device=device, verbose=verbose, stats=stats, backend=backend)
-
-
 # -- the two methods on tensors -----------------------------------------------------------------
-def _recompute_rows(space: PairSpace, rows: torch.Tensor, partners: torch.Tensor, budget: int, queries=None):
-    """Weights of ``rows`` from their neighbour indices ``partners`` (r, k), canonical, in chunks."""
-    r, k = partners.shape
-    out = torch.empty(r, dtype=torch.float64, device=space.device)
-    step = max(1, budget // max(1, 6 * 8 * max(k, 1)))
-    for s in range(0, r, step):
-        nb = partners[s : s + step]
-        if queries is None:
-            scores = space.canonical(rows[s : s + step, None], nb)
-        else:
-            scores = space.canonical_to_rows(queries[s : s + step], nb)
-        out[s : s + step] = space.weight(torch.sort(scores, dim=1).values)
-    return out
-
-
 def brute_force_weights(X: torch.Tensor, space: PairSpace, k_other: int, *, device, budget, verbose, backend, stats=None):
-    """Exact weights of every point: all-kNN on the engine, then canonical float64 distances."""
-    _, index = _engine_search(X, X, k_other, space.metric, exclude_self=True, device=device, budget=budget,
-                              verbose=verbose, backend=backend, stats=stats)
-    rows = torch.arange(X.shape[0], device=device)
-    return _recompute_rows(space, rows, index.to(device), budget)
+    """Exact weights of every point: all-kNN on the engine, re-ranked by canonical float64 distances."""
+    scores = canonical_knn(X, space, k_other, device=device, budget_bytes=budget, verbose=verbose, backend=backend,
+                           stats=stats)
+    return space.weight(scores)
 
 
 def weights_against(ref_X: torch.Tensor, ref_space: PairSpace, queries: torch.Tensor, k_other: int, *, device, budget,
@@ -223,9 +206,9 @@ def weights_against(ref_X: torch.Tensor, ref_space: PairSpace, queries: torch.Te
     """Weights of new points against a reference set (their ``k_other`` nearest reference points)."""
     if queries.shape[0] == 0:
         return torch.empty(0, dtype=torch.float64, device=device)
-    _, index = _engine_search(ref_X, queries, k_other, ref_space.metric, exclude_self=False, device=device,
-                              budget=budget, verbose=verbose, backend=backend)
-    return _recompute_rows(ref_space, None, index.to(device), budget, queries=queries.to(device))
+    scores = canonical_knn(ref_X, ref_space, k_other, queries=queries, device=device, budget_bytes=budget,
+                           verbose=verbose, backend=backend)
+    return ref_space.weight(scores)
 
 
 def top_n_from_weights(weights: torch.Tensor, n_outliers: int):
@@ -235,9 +218,39 @@ def top_n_from_weights(weights: torch.Tensor, n_outliers: int):
     return idx, weights.index_select(0, idx)
 
 
+#: How SolvingSet compares candidates with points, per device type: on engine searches (two kNN
+#: searches per iteration, on the fused float32 kernel on a GPU:
+#: :mod:`~gpumine.outliers._solving_set_engine`) from this many features on, or at any dimension
+#: up to :data:`SOLVING_SET_ENGINE_MAX_K` neighbours; otherwise (and where ``None``) by float64 tiles
+#: merged pair by pair with pruning (:mod:`~gpumine.outliers._solving_set`). The same top-n and
+#: weights either way. On an H200 (2026-11-21, best m of each form, ms): ADBench cover (d = 10)
+#: engine 91 / 240 vs tiles 172 / 253 at k = 5 / 50; Poker 1M k = 5 2.45 vs 2.66 s; G2d 1M
+#: 92 / 322 vs 137 / 233; G3d 500K 44 / 224 vs 74 / 169. In two or three dimensions a few
+#: candidates prune nearly every point, and at large k the tile form's float64 merges cost less
+#: than the kernel's k-selection.
+SOLVING_SET_ENGINE_MIN_FEATURES = {"cuda": 4, "cpu": None}
+SOLVING_SET_ENGINE_MAX_K = 16
+
+
+def solving_set_form(device: torch.device, n_features: int, k: int) -> str:
+    """``"engine"`` or ``"tiles"``: how SolvingSet runs (see :data:`SOLVING_SET_ENGINE_MIN_FEATURES`)."""
+    least = SOLVING_SET_ENGINE_MIN_FEATURES.get(device.type)
+    if least is None:
+        return "tiles"
+    return "engine" if n_features >= least or k <= SOLVING_SET_ENGINE_MAX_K else "tiles"
+
+
+def check_solving_set_backend(backend, device: torch.device, n_features: int, k: int) -> None:
+    """Refuse ``backend='triton'`` where SolvingSet runs in the tile form (no Triton kernel there)."""
+    resolve_backend(backend, device, has_triton_kernel=solving_set_form(device, n_features, k) == "engine")
+
+
 def run(X: torch.Tensor, n_outliers: int, k_other: int, *, method: str, n_candidates: int, metric, seed: int,
-        device: torch.device, budget: int, backend, verbose=None, deadline=None) -> dict:
-    """Both methods on a validated tensor; returns a dict of tensors on ``device`` and statistics."""
+        device: torch.device, budget: int, backend, verbose=None, deadline=None, form_override=None) -> dict:
+    """Both methods on a validated tensor; returns a dict of tensors on ``device`` and statistics.
+
+    ``form_override`` (``"engine"`` or ``"tiles"``) overrides :func:`solving_set_form`.
+    """
     n = X.shape[0]
     Xd = X.to(device)
     space = PairSpace(Xd, metric)
@@ -254,8 +267,15 @@ def run(X: torch.Tensor, n_outliers: int, k_other: int, *, method: str, n_candid
             "threshold": float(w[-1]), "iterations": 1, "distances": n * (n - 1) // 2,
             "engine": engine_stats, "space": space, "X": Xd,
         }
-    out = solving_set(space, k_other, n_outliers, n_candidates, seed=seed, budget_bytes=budget, verbose=verbose,
-                      deadline=deadline)
+    form = form_override or solving_set_form(device, X.shape[1], k_other)
+    if form == "engine":
+        out = solving_set_on_engine(Xd, space, k_other, n_outliers, n_candidates, seed=seed, budget_bytes=budget,
+                                    backend=engine_backend(backend, device, metric, X.dtype, k_other + 1, n),
+                                    verbose=verbose, deadline=deadline)
+    else:
+        out = solving_set(space, k_other, n_outliers, n_candidates, seed=seed, budget_bytes=budget, verbose=verbose,
+                          deadline=deadline)
+    out["form"] = form
     out.update(space=space, X=Xd)
     return out
 
@@ -357,8 +377,8 @@ def top_n_outliers(
     seed = seed_from(random_state)
     m = None
     if method == "solving_set":
-        resolve_backend(backend, dev, has_triton_kernel=False)  # no Triton kernel for the tiles: 'triton' raises
-        m = check_candidates(n_candidates, dev, n, d)
+        check_solving_set_backend(backend, dev, d, k_other)
+        m = check_candidates(n_candidates, dev, n, d, k_other)
         _check_space_fits(n, d, k_other, dev)
     else:
         check_candidates(n_candidates, dev, n)  # validated even when unused
@@ -369,7 +389,7 @@ def top_n_outliers(
         torch.cuda.synchronize(dev)
     seconds = time.perf_counter() - start
     pairs = n * (n - 1) // 2
-    stats = {k_: v for k_, v in out.items() if k_ in ("rows_recomputed", "sparse_tiles", "engine", "trace")}
+    stats = {k_: v for k_, v in out.items() if k_ in ("rows_recomputed", "sparse_tiles", "engine", "trace", "form")}
     return DistanceOutliers(
         indices=to_output(out["top_indices"], kind),
         weights=to_output(out["top_weights"], kind),

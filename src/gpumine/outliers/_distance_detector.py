@@ -20,12 +20,13 @@ from sklearn.base import BaseEstimator, OutlierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from .._validation import check_array, check_n_features, output_kind, to_output
-from ..config import resolve_backend, resolve_device, working_memory_bytes
+from ..config import resolve_device, working_memory_bytes
 from ._distance_based import (
     check_candidates,
     check_include_self,
     check_method,
     check_n_outliers,
+    check_solving_set_backend,
     effective_k,
     engine_backend,
     run,
@@ -197,8 +198,6 @@ class DistanceOutlierDetector(OutlierMixin, BaseEstimator):
         metric = resolve_metric(self.metric, self.p)
         dev = resolve_device(self.device)
         budget = working_memory_bytes(self.working_memory, dev)
-        if method == "solving_set":
-            resolve_backend(self.backend, dev, has_triton_kernel=False)
         if sp.issparse(X):
             raise TypeError("sparse input is not supported by gpumine estimators; convert X with X.toarray()")
         _check_feature_names(self, X, reset=True)
@@ -211,7 +210,9 @@ class DistanceOutlierDetector(OutlierMixin, BaseEstimator):
             )
         k_other = effective_k(self.n_neighbors, n, include_self, name="n_neighbors")
         n_out = self._resolve_n_outliers(n)
-        m = check_candidates(self.n_candidates, dev, n, Xt.shape[1])
+        if method == "solving_set":
+            check_solving_set_backend(self.backend, dev, Xt.shape[1], k_other)
+        m = check_candidates(self.n_candidates, dev, n, Xt.shape[1], k_other)
         out = run(Xt, n_out, k_other, method=method, n_candidates=m, metric=metric, seed=seed_from(self.random_state),
                   device=dev, budget=budget, backend=self.backend, verbose=self.verbose)
         kind = output_kind(X)

@@ -79,7 +79,7 @@ class SolvingSetTimeout(RuntimeError):
         self.stats = stats
 
 
-def auto_candidates(device: torch.device, n: int, d: int | None = None) -> int:
+def auto_candidates(device: torch.device, n: int, d: int | None = None, form: str = "tiles") -> int:
     """Default candidates per iteration (the paper's m = 100 was tuned for one CPU core), at most n.
 
     ============  =====  ===================================================
@@ -103,9 +103,16 @@ def auto_candidates(device: torch.device, n: int, d: int | None = None) -> int:
     dimensions the fraction hardly depends on m, and fewer, larger iterations
     (fewer passes over all n points, fewer host synchronisations, wider tiles)
     win. On the CPU, 256 measured best on 2-d Gaussian data and 1024 on
-    Covertype. ``n_candidates`` overrides it.
+    Covertype. ``n_candidates`` overrides it. ``form="engine"`` (SolvingSet on engine searches,
+    GPU only) takes 16384 from four features on and 4096 below.
     """
-    if d is None:
+    if form == "engine":
+        # measured for the engine form (``_solving_set_engine``) on an H200, 2026-11-21, m = 1024 /
+        # 4096 / 16384: ADBench cover k = 5 272 / 141 / 91 ms, k = 50 1207 / 500 / 240 ms; G2d 1M
+        # k = 5 101 / 92 / 161 ms; G3d 500K k = 5 45 / 44 / 78 ms: one candidate costs a row
+        # of a kernel launch, an iteration a pass over the active points and several host syncs
+        m = 16384 if d is None or d >= 4 else 4096
+    elif d is None:
         m = 1024 if device.type == "cuda" else 256
     elif d <= 3:
         m = 256
