@@ -216,6 +216,8 @@ def _tile_candidates(S: torch.Tensor, c: int):
     is all the certificate needs.
     """
     q, r = S.shape
+    if c >= r:  # every column is kept: no top-k
+        return S, torch.arange(r, device=S.device).expand(q, r)
     if r <= max(16 * c, 2048):  # small enough that one top-k beats more launches
         return torch.topk(S, min(c, r), dim=1, largest=False, sorted=False)
     n_groups = r // _GROUP
@@ -242,7 +244,9 @@ def _keep_best(values, index, new_values, new_index, c):
     """Best ``c`` of two candidate lists by tile score (ties arbitrary: the exact re-rank settles them)."""
     values = torch.cat([values, new_values], dim=1)
     index = torch.cat([index, new_index], dim=1)
-    values, pos = torch.topk(values, min(c, values.shape[1]), dim=1, largest=False, sorted=False)
+    if values.shape[1] <= c:  # all kept: no top-k
+        return values, index
+    values, pos = torch.topk(values, c, dim=1, largest=False, sorted=False)
     return values, index.gather(1, pos)
 
 
