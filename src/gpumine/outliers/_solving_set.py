@@ -344,6 +344,92 @@ def _merge_top(top_w, top_i, w, i, n_out):
     return -v[0, :n_out], ix[0, :n_out]
 
 
+class SolvingState:
+    """What both SolvingSet forms carry across iterations: heaps, upper bounds, ``Top`` and its cutoff.
+
+    ``heap`` (n, k) float64 ascending canonical scores, ``ub`` their weights (the upper bounds),
+    ``in_s`` the solving set, ``exact_w`` the points whose ``ub`` is their exact weight;
+    ``(cutoff, last)`` the n-th outlier's weight and index (-inf, n while ``Top`` is not full).
+    """
+
+    def __init__(self, n: int, k: int, n_outliers: int, n_candidates: int, *, seed: int, device: torch.device,
+                 deadline: float | None):
+        self.n, self.k, self.n_outliers, self.device, self.deadline = n, k, n_outliers, device, deadline
+        self.heap = torch.full((n, k), _INF, dtype=torch.float64, device=device)
+        self.ub = torch.full((n,), _INF, dtype=torch.float64, device=device)
+        self.in_s = torch.zeros(n, dtype=torch.bool, device=device)
+        self.exact_w = torch.zeros(n, dtype=torch.bool, device=device)
+        self.top_w = torch.empty(0, dtype=torch.float64, device=device)
+        self.top_i = torch.empty(0, dtype=torch.int64, device=device)
+        self.cutoff, self.last = -_INF, n
+        self.arange = torch.arange(n, device=device)
+        self.stats = {"iterations": 0, "distances": 0, "rows_recomputed": 0, "sparse_tiles": 0, "trace": []}
+        self.chosen = []
+        self.m = max(1, min(n_candidates, n))
+        self._settled = 0
+        # random first candidates, the same for both forms and every device for a seed
+        generator = torch.Generator().manual_seed(int(seed))
+        self.first = torch.sort(torch.randperm(n, generator=generator)[: self.m]).values.to(device)
+
+    def check_time(self) -> None:
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise SolvingSetTimeout(dict(self.stats, solving_set_size=int(self.in_s.sum())))
+
+    def start_iteration(self, cand: torch.Tensor) -> None:
+        self.check_time()
+        self.stats["iterations"] += 1
+        self.in_s[cand] = True
+        self.chosen.append(cand)
+
+    def may_enter(self, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Whether each point (of ``ids``, or all) could still enter ``Top`` (see :func:`_may_enter`)."""
+        if ids is None:
+            return _may_enter(self.ub, self.arange, self.cutoff, self.last)
+        return _may_enter(self.ub.index_select(0, ids), ids, self.cutoff, self.last)
+
+    def offer(self, cand: torch.Tensor) -> None:
+        """Offer the candidates' weights to ``Top`` and raise the cutoff."""
+        self.top_w, self.top_i = _merge_top(self.top_w, self.top_i, self.ub.index_select(0, cand), cand, self.n_outliers)
+        if self.top_w.numel() == self.n_outliers:
+            # one host read for both (indices are below 2**53: exact in float64)
+            cw, ci = torch.stack([self.top_w[-1], self.top_i[-1].to(torch.float64)]).tolist()
+            self.cutoff, self.last = cw, int(ci)
+
+    def finish_iteration(self, bar, trace: dict, counts: dict | None = None) -> torch.Tensor | None:
+        """Record the iteration (``trace``, plus ``counts``: 0-d tensors read with the eligible count in
+        one host sync) and return the next candidates, or None when no point outside the solving set
+        may enter ``Top``."""
+        eligible = ~self.in_s & self.may_enter()
+        names = list(counts or {})
+        values = torch.stack([eligible.sum()] + [counts[name].to(torch.int64) for name in names]).tolist()
+        n_eligible = int(values[0])
+        trace.update({name: int(v) for name, v in zip(names, values[1:])}, cutoff=self.cutoff, eligible=n_eligible)
+        self.stats["trace"].append(trace)
+        settled = self.n - n_eligible
+        bar.update(max(0, settled - self._settled))
+        self._settled = settled
+        if n_eligible == 0:
+            return None
+        key = torch.where(eligible, -self.ub, torch.full_like(self.ub, _INF))
+        _, pos = topk_smallest(key[None, :], min(self.m, n_eligible))
+        return torch.sort(pos[0]).values
+
+    def result(self) -> dict:
+        n_out = self.n_outliers
+        solving = torch.cat(self.chosen) if self.chosen else torch.empty(0, dtype=torch.int64, device=self.device)
+        top_w = self.top_w
+        threshold = self.cutoff if top_w.numel() == n_out else (float(top_w[-1]) if top_w.numel() else math.nan)
+        return {
+            "top_indices": self.top_i,
+            "top_weights": top_w,
+            "solving_set": solving,
+            "scores": self.ub,
+            "scores_exact": self.exact_w,
+            "threshold": threshold,
+            **self.stats,
+        }
+
+
 def solving_set(
     space: PairSpace,
     k: int,
@@ -368,32 +454,13 @@ def solving_set(
     :class:`SolvingSetTimeout` when passed.
     """
     n, dev = space.n, space.device
-    heap = torch.full((n, k), _INF, dtype=torch.float64, device=dev)
-    ub = torch.full((n,), _INF, dtype=torch.float64, device=dev)
-    in_s = torch.zeros(n, dtype=torch.bool, device=dev)
-    exact_w = torch.zeros(n, dtype=torch.bool, device=dev)
-    top_w = torch.empty(0, dtype=torch.float64, device=dev)
-    top_i = torch.empty(0, dtype=torch.int64, device=dev)
-    cutoff, last = -_INF, n  # the n-th outlier's weight and index (-inf, n while Top is not full)
-    arange = torch.arange(n, device=dev)
-    stats = {"iterations": 0, "distances": 0, "rows_recomputed": 0, "sparse_tiles": 0, "trace": []}
-    chosen = []
-    m = max(1, min(n_candidates, n))
-    generator = torch.Generator().manual_seed(int(seed))
-    cand = torch.sort(torch.randperm(n, generator=generator)[:m]).values.to(dev)
-    settled_before = 0
-
-    def check_time():
-        if deadline is not None and time.perf_counter() > deadline:
-            raise SolvingSetTimeout(dict(stats, solving_set_size=int(in_s.sum())))
-
+    st = SolvingState(n, k, n_outliers, n_candidates, seed=seed, device=dev, deadline=deadline)
+    heap, ub, stats = st.heap, st.ub, st.stats
+    cand = st.first
     with Progress(total=n, desc="solving set", verbose=verbose) as bar:
-        while cand.numel():
-            check_time()
-            stats["iterations"] += 1
+        while cand is not None:
+            st.start_iteration(cand)
             mc = cand.numel()
-            in_s[cand] = True
-            chosen.append(cand)
             T = _tile_columns(budget_bytes, mc, k, margin, space.d)
             # candidates among themselves: every candidate's heap takes all the others
             for t0 in range(0, mc, T):
@@ -403,13 +470,13 @@ def solving_set(
                 _update_rows(space, heap, ub, cand, S, cols, space.row_bounds(cand, cols), k, margin, stats,
                              exclude_self=True)
             stats["distances"] += mc * (mc - 1) // 2
-            remaining = ~in_s
-            active = remaining & _may_enter(ub, arange, cutoff, last)
+            remaining = ~st.in_s
+            active = remaining & st.may_enter()
             act_idx = active.nonzero().squeeze(1)
             inact_idx = (remaining & ~active).nonzero().squeeze(1)
             # candidates x active points: both sides' heaps
             for t0 in range(0, act_idx.numel(), T):
-                check_time()
+                st.check_time()
                 cols = act_idx[t0 : t0 + T]
                 S = space.tile(cand, cols)
                 _update_tile(space, heap, ub, cand, S, cols, k, margin, stats, columns=True)
@@ -418,8 +485,8 @@ def solving_set(
             # candidates still live x inactive points: only the candidates' heaps
             skipped = torch.zeros(mc, dtype=torch.bool, device=dev)
             for t0 in range(0, inact_idx.numel(), T):
-                check_time()
-                live = _may_enter(ub.index_select(0, cand), cand, cutoff, last)
+                st.check_time()
+                live = st.may_enter(cand)
                 skipped |= ~live
                 rows = cand[live]
                 if rows.numel() == 0:
@@ -430,32 +497,8 @@ def solving_set(
                 stats["distances"] += rows.numel() * cols.numel()
                 del S
             # every candidate's weight is offered to Top (the erratum of Fig. 2)
-            exact_w[cand[~skipped]] = True
-            top_w, top_i = _merge_top(top_w, top_i, ub.index_select(0, cand), cand, n_outliers)
-            if top_w.numel() == n_outliers:
-                # one host read for both (indices are below 2**53: exact in float64)
-                cw, ci = torch.stack([top_w[-1], top_i[-1].to(torch.float64)]).tolist()
-                cutoff, last = cw, int(ci)
-            eligible = ~in_s & _may_enter(ub, arange, cutoff, last)
-            n_eligible, live_at_end = (int(c) for c in torch.stack([eligible.sum(), (~skipped).sum()]).tolist())
-            settled = n - n_eligible
-            bar.update(max(0, settled - settled_before))
-            settled_before = settled
-            stats["trace"].append({"candidates": mc, "active": int(act_idx.numel()), "inactive": int(inact_idx.numel()),
-                                   "live_at_end": live_at_end, "cutoff": cutoff, "eligible": n_eligible})
-            if n_eligible == 0:
-                break
-            key = torch.where(eligible, -ub, torch.full_like(ub, _INF))
-            _, pos = topk_smallest(key[None, :], min(m, n_eligible))
-            cand = torch.sort(pos[0]).values
-    solving = torch.cat(chosen) if chosen else torch.empty(0, dtype=torch.int64, device=dev)
-    threshold = cutoff if top_w.numel() == n_outliers else (float(top_w[-1]) if top_w.numel() else math.nan)
-    return {
-        "top_indices": top_i,
-        "top_weights": top_w,
-        "solving_set": solving,
-        "scores": ub,
-        "scores_exact": exact_w,
-        "threshold": threshold,
-        **stats,
-    }
+            st.exact_w[cand[~skipped]] = True
+            st.offer(cand)
+            cand = st.finish_iteration(bar, {"candidates": mc, "active": int(act_idx.numel()), "inactive": int(inact_idx.numel())},
+                                       {"live_at_end": (~skipped).sum()})
+    return st.result()

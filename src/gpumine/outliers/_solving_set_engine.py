@@ -27,16 +27,12 @@ float32 rounding (as brute force does). Upper bounds hold for any k neighbours.
 
 from __future__ import annotations
 
-import math
-import time
-
 import torch
 
 from .._progress import Progress
-from ..core.select import topk_smallest
 from ..neighbors._engine import knn_search
 from ._canonical_knn import canonical_knn, search_backend
-from ._solving_set import SolvingSetTimeout, _may_enter, _merge_sorted_heaps, _merge_top
+from ._solving_set import SolvingState, _merge_sorted_heaps
 from ._weights import PairSpace
 
 __all__ = ["solving_set_on_engine"]
@@ -75,46 +71,23 @@ def solving_set_on_engine(
     :func:`~gpumine.outliers._solving_set.solving_set`.
     """
     n, dev = space.n, space.device
-    heap = torch.full((n, k), _INF, dtype=torch.float64, device=dev)
-    ub = torch.full((n,), _INF, dtype=torch.float64, device=dev)
-    in_s = torch.zeros(n, dtype=torch.bool, device=dev)
-    exact_w = torch.zeros(n, dtype=torch.bool, device=dev)
-    top_w = torch.empty(0, dtype=torch.float64, device=dev)
-    top_i = torch.empty(0, dtype=torch.int64, device=dev)
-    cutoff, last = -_INF, n
-    arange = torch.arange(n, device=dev)
-    stats = {"iterations": 0, "distances": 0, "rows_recomputed": 0, "sparse_tiles": 0, "trace": []}
-    chosen = []
-    m = max(1, min(n_candidates, n))
-    # the same first candidates as the tile form for the same seed
-    generator = torch.Generator().manual_seed(int(seed))
-    cand = torch.sort(torch.randperm(n, generator=generator)[:m]).values.to(dev)
-    settled_before = 0
-
-    def check_time():
-        if deadline is not None and time.perf_counter() > deadline:
-            raise SolvingSetTimeout(dict(stats, solving_set_size=int(in_s.sum())))
-
+    st = SolvingState(n, k, n_outliers, n_candidates, seed=seed, device=dev, deadline=deadline)
+    heap, ub, stats = st.heap, st.ub, st.stats
+    cand = st.first
     with Progress(total=n, desc="solving set", verbose=verbose) as bar:
-        while cand.numel():
-            check_time()
-            stats["iterations"] += 1
+        while cand is not None:
+            st.start_iteration(cand)
             mc = cand.numel()
-            in_s[cand] = True
-            chosen.append(cand)
             # 1. candidates x all points: exact weights, then Top and the cutoff
             heap[cand] = canonical_knn(X, space, k, ids=cand, device=dev, budget_bytes=budget_bytes,
                                        backend=backend, verbose=False)
             ub[cand] = space.weight(heap.index_select(0, cand))
-            exact_w[cand] = True
+            st.exact_w[cand] = True
             stats["distances"] += mc * (n - 1)
-            top_w, top_i = _merge_top(top_w, top_i, ub.index_select(0, cand), cand, n_outliers)
-            if top_w.numel() == n_outliers:
-                cw, ci = torch.stack([top_w[-1], top_i[-1].to(torch.float64)]).tolist()
-                cutoff, last = cw, int(ci)
+            st.offer(cand)
             # 2. points that may still enter x candidates: their heaps and bounds
-            check_time()
-            act = (~in_s & _may_enter(ub, arange, cutoff, last)).nonzero().squeeze(1)
+            st.check_time()
+            act = (~st.in_s & st.may_enter()).nonzero().squeeze(1)
             if act.numel():
                 kc = min(k, mc)
                 _, nb = knn_search(X.index_select(0, cand), X.index_select(0, act), kc, space.metric, exclude_self=False,
@@ -125,26 +98,6 @@ def solving_set_on_engine(
                 heap[act] = merged
                 ub[act] = space.weight(merged)
                 stats["distances"] += act.numel() * mc
-            eligible = ~in_s & _may_enter(ub, arange, cutoff, last)
-            n_eligible = int(eligible.sum())
-            settled = n - n_eligible
-            bar.update(max(0, settled - settled_before))
-            settled_before = settled
-            stats["trace"].append({"candidates": mc, "active": int(act.numel()), "inactive": n - int(in_s.sum()) - int(act.numel()),
-                                   "live_at_end": mc, "cutoff": cutoff, "eligible": n_eligible})
-            if n_eligible == 0:
-                break
-            key = torch.where(eligible, -ub, torch.full_like(ub, _INF))
-            _, pos = topk_smallest(key[None, :], min(m, n_eligible))
-            cand = torch.sort(pos[0]).values
-    solving = torch.cat(chosen) if chosen else torch.empty(0, dtype=torch.int64, device=dev)
-    threshold = cutoff if top_w.numel() == n_outliers else (float(top_w[-1]) if top_w.numel() else math.nan)
-    return {
-        "top_indices": top_i,
-        "top_weights": top_w,
-        "solving_set": solving,
-        "scores": ub,
-        "scores_exact": exact_w,
-        "threshold": threshold,
-        **stats,
-    }
+            cand = st.finish_iteration(bar, {"candidates": mc, "active": int(act.numel()), "live_at_end": mc},
+                                       {"inactive": (~st.in_s).sum() - act.numel()})
+    return st.result()
