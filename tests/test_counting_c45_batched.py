@@ -119,13 +119,17 @@ def _mixed_data(seed, n=400, missing=0.0):
     return X, y
 
 
+def _host(v):
+    return v.cpu().numpy() if isinstance(v, torch.Tensor) else v
+
+
 def _same_infos(a, b):
     assert len(a) == len(b)
     for fa, fb in zip(a, b):
         assert fa.keys() == fb.keys()
         for key in fa:
-            assert fa[key].dtype == fb[key].dtype, key
-            np.testing.assert_array_equal(fa[key], fb[key])
+            assert _host(fa[key]).dtype == _host(fb[key]).dtype, key
+            np.testing.assert_array_equal(_host(fa[key]), _host(fb[key]))
 
 
 @pytest.mark.parametrize("whole", [False, True])
@@ -148,9 +152,11 @@ def test_grouped_select_equals_per_attribute_select(whole):
     lnf = _LnfTable(int(counts.sum()), torch.device("cpu")) if whole else _lnf
     for minobj in (1.0, 2.0):
         want = _reference_select_sub(tree, counts, tot, total, L_off, counted, C, minobj)
-        got = tree._select_sub(counts, tot, total, L_off, counted, C, minobj, lnf)
-        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
-        _same_infos(got[1], want[1])
+        # whole counts are searched as int64 tables (as the growth passes them) and as float64 ones
+        for table in [counts] + ([counts.to(torch.int64)] if whole else []):
+            got = tree._select_sub(table, tot, total, L_off, counted, C, minobj, lnf)
+            torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+            _same_infos(got[1], want[1])
         assert (want[0] >= 0).sum() > 20  # the comparison covers real splits
 
 
@@ -173,7 +179,9 @@ def test_tree_unchanged_by_batched_select(monkeypatch, missing, weighted, cf):
     w = np.random.default_rng(4).integers(1, 4, len(y)).astype(np.float64) * 0.5 if weighted else None
     kw = dict(device="cpu", min_samples_leaf=2, categorical_features=None if cf is None else "all")
     got = C45Classifier(**kw).fit(X, y, sample_weight=w)
-    monkeypatch.setattr(C45Classifier, "_select_sub", _reference_select_sub)
+    # the growth passes whole counts as int64 tables; the reference searches them in float64, as it always did
+    monkeypatch.setattr(C45Classifier, "_select_sub",
+                        lambda self, counts, *a, **k: _reference_select_sub(self, counts.to(torch.float64), *a, **k))
     want = C45Classifier(**kw).fit(X, y, sample_weight=w)
     assert got.export_text() == want.export_text()
     assert got.n_nodes_ > 10

@@ -7,9 +7,15 @@ level × class, the (weighted) count — by AND + popcount of level bitmaps with
 (``representation="bitmap"``/``"bitslice"``), or by one bincount over integer
 codes (``"histogram"``); ``"auto"`` picks per depth by measured cost. Node
 partitions stay on the device (row lists and, for the bitmap path, row bitmaps
-made by one scatter per depth); only the small count tables reach the host
-logic, which is vectorised over all nodes of the depth and over the attributes of
-one kind and number of levels.
+made by one scatter per depth), and so does the split search, vectorised over all
+nodes of the depth and over the attributes of one kind and number of levels
+(per-node × level × class tables and their cumulative sums give every numeric
+cut's gain at once, without sorting). The host looks at each depth twice: the
+nodes' class distributions, then the chosen splits; the node tables that route
+the rows are built on the device from the latter. While counts are whole
+numbers (no sample weights, no missing value routed) the tables stay int64, and
+on the CPU a child with more rows than its siblings gets its table as its
+parent's minus theirs.
 
 J48 rules followed (weka.classifiers.trees.j48, C4.5 release 8): gain ratio
 among attributes whose information gain is at least the average (minus 1e-3);
@@ -70,6 +76,11 @@ MAX_NOMINAL_VALUES = MAX_LEVELS
 
 _Z_CACHE: dict = {}
 
+#: A child's count table is derived from its parent's when that saves counting at least this many times
+#: ``levels x classes / attributes`` rows: the subtraction touches every cell of the table, the count every
+#: (row, attribute) entry.
+SIBLING_MIN_SAVED = 1.0
+
 
 def add_errors(N: float, e: float, cf: float) -> float:
     """Weka's ``Stats.addErrs``: extra errors at the upper confidence bound ``cf`` of ``e`` errors in ``N``.
@@ -113,7 +124,8 @@ class _LnfTable:
         self.table = _lnf(torch.arange(int(n) + 1, dtype=torch.float64, device=device))
 
     def __call__(self, x):
-        return self.table[x.to(torch.int64)]
+        x = x.to(torch.int64)
+        return self.table.index_select(0, x.reshape(-1)).reshape(x.shape)
 
 
 class _Columns:
@@ -123,12 +135,21 @@ class _Columns:
         self.nominal = nominal
         self.names = names
         self.n_known, self.has_missing, self.values, self.bin_max, self.bin_min = [], [], [], [], []
+        # codes of X found while finding its values (small whole numbers), for encode_train(X)
+        self._source, self._codes = X, {}
+        # one column at a time: a contiguous copy of a numeric matrix's columns reads faster than strided columns
+        Xc = np.ascontiguousarray(X.T) if X.dtype.kind == "f" else X.T
         for j in range(X.shape[1]):
-            col = X[:, j]
+            col = Xc[j]
             miss = _isna(col)
-            known = col[~miss]
+            known = col[~miss] if miss.any() else col
+            fast = _small_int_codes(known)
             if nominal[j]:
-                vals = _sorted_unique(known)
+                if fast is None:
+                    vals = _sorted_unique(known)
+                else:
+                    vals = np.empty(fast[0].size, dtype=object)
+                    vals[:] = fast[0].tolist()
                 if len(vals) > MAX_NOMINAL_VALUES:
                     # a multiway split into this many branches is never useful, and the per-depth count table
                     # (nodes x levels x classes) would grow with it
@@ -142,8 +163,9 @@ class _Columns:
                 self.bin_min.append(None)
             else:
                 kv = known.astype(np.float64)
-                vals = np.unique(kv)
+                vals = np.unique(kv) if fast is None else fast[0]
                 if vals.size > max_bins:
+                    fast = None
                     # equal-frequency cuts at data values; bin c holds (cuts[c-1], cuts[c]]
                     cuts = np.unique(np.quantile(kv, np.linspace(0, 1, max_bins + 1)[1:-1], method="lower"))
                     while cuts.size and cuts[-1] >= vals[-1]:
@@ -157,6 +179,10 @@ class _Columns:
                     self.bin_min.append(vals)
             self.n_known.append(self._n_known(j))
             self.has_missing.append(bool(miss.any()))
+            if fast is not None:
+                codes = np.full(col.shape[0], self.n_known[j], dtype=np.int32)  # missing code
+                codes[~miss] = fast[1]
+                self._codes[j] = codes
         self.n_levels = [k + 1 for k in self.n_known]  # the last level of every column is "missing"
 
     def _n_known(self, j):
@@ -166,9 +192,12 @@ class _Columns:
         return int(len(v))
 
     def encode_train(self, X: np.ndarray) -> np.ndarray:
+        """Codes ``(n, d)`` int32 of training data (of ``X`` as given to the constructor, found then where they could be)."""
+        found = self._codes if X is self._source else {}
         out = np.empty(X.shape, dtype=np.int32)
         for j in range(X.shape[1]):
-            out[:, j] = self.encode_col(X[:, j], j, unknown="error")
+            out[:, j] = found[j] if j in found else self.encode_col(X[:, j], j, unknown="error")
+        self._source, self._codes = None, {}
         return out
 
     def encode_col(self, col, j, unknown="error"):
@@ -209,6 +238,39 @@ class _Columns:
         else:
             out[known] = np.clip(np.searchsorted(v, col[known].astype(np.float64), side="left"), 0, len(v) - 1)
         return out
+
+
+def _classes(y):
+    """``np.unique(y, return_inverse=True)``, by counting for integer labels in a short range (no sort)."""
+    if y.dtype.kind in "iu" and y.size:
+        lo, hi = int(y.min()), int(y.max())
+        if hi - lo <= max(1 << 16, y.size):
+            idx = (y - y.dtype.type(lo)).astype(np.int64)
+            present = np.bincount(idx) > 0
+            return (np.flatnonzero(present) + lo).astype(y.dtype), (np.cumsum(present) - 1)[idx]
+    return np.unique(y, return_inverse=True)
+
+
+def _small_int_codes(known):
+    """The sorted distinct values of float ``known`` and each value's index among them, by counting, or ``None``.
+
+    For whole numbers in a short range (card suits and ranks, small counts) one bincount over
+    ``value - min`` gives what ``np.unique`` and ``np.searchsorted`` give by sorting and searching:
+    the same values and the same codes. ``None`` where that does not apply: other dtypes or values,
+    a range wider than ``max(2**16, len(known))``, a negative zero (whose sign, as first seen, the
+    general paths keep).
+    """
+    if known.dtype != np.float64 or not known.size:
+        return None
+    lo, hi = float(known.min()), float(known.max())
+    if not (-2.0**52 < lo and hi < 2.0**52) or hi - lo > max(1 << 16, known.size):  # NaN compares False too
+        return None
+    off = known - lo
+    idx = off.astype(np.int64)
+    if not np.array_equal(idx, off) or (lo <= 0 <= hi and np.signbit(known[known == 0]).any()):
+        return None
+    present = np.bincount(idx) > 0
+    return np.flatnonzero(present) + lo, (np.cumsum(present) - 1)[idx]
 
 
 def _isna(col):
@@ -317,6 +379,9 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
     |   windy = True: no (2.0)
     outlook = sunny: no (5.0/2.0)
     """
+
+    #: Derive a child's count table from its parent's (``None``: on CPU devices only); see :meth:`_grow`.
+    _sibling_subtraction = None
 
     def __init__(self, min_samples_leaf=2, confidence=0.25, max_depth=None, *, prune=True, collapse=True,
                  subtree_raising=True, categorical_features=None, max_bins=256, handle_unknown="error", representation="auto",
@@ -462,7 +527,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         check_classification_targets(y)
         if y.dtype.kind == "f" and not np.isfinite(y).all():
             raise ValueError("y contains NaN or infinity")
-        self.classes_, ycodes = np.unique(y, return_inverse=True)
+        self.classes_, ycodes = _classes(y)
         n, d = arr.shape
         w = None
         if sample_weight is not None:
@@ -488,18 +553,31 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         codes = torch.from_numpy(self._cols.encode_train(arr)).to(self._device)
         y_t = torch.from_numpy(ycodes.astype(np.int64)).to(self._device)
         w_t = None if w is None else torch.from_numpy(w).to(self._device)
-        self._grow(codes, y_t, w_t, n)
-        if self.collapse:
-            self._collapse(0)
-        if self.prune:
-            if self.subtree_raising:
-                self._prune_raising(codes, y_t, w_t)
-            else:
-                self._prune()
+        try:
+            self._grow(codes, y_t, w_t, n)
+            if self.collapse:
+                self._collapse(0)
+            if self.prune:
+                if self.subtree_raising:
+                    self._prune_raising(codes, y_t, w_t)
+                else:
+                    self._prune()
+        finally:
+            self._row_node = None  # the growth's leaf of every row, for the pruning only
         self._finalize()
         return self
 
     def _grow(self, codes, y, w, n):
+        """Grow the tree breadth-first, one depth per pass.
+
+        The host waits for the device twice per depth: once for the class
+        distributions of the depth's nodes (which can split, how many entries each
+        holds) and once for the chosen splits with their details; everything else
+        (the node tables that route the rows, the compaction of the rows of the nodes
+        that split) stays on the device, sized by what the host already knows. The
+        histogram of the count table may wait inside ``torch.bincount`` (see
+        :func:`gpumine.counting._ops.grouped_histogram`).
+        """
         dev = self._device
         cols = self._cols
         C = len(self.classes_)
@@ -512,9 +590,13 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         counted_t = torch.as_tensor(counted, device=dev)
         n_known = np.asarray(cols.n_known, dtype=np.int64)
         nominal = np.asarray(cols.nominal, dtype=bool)
+        has_missing = np.asarray(cols.has_missing, dtype=bool)
         maxk = int(max([2] + [cols.n_known[j] for j in range(d) if cols.nominal[j]]))
         T = self._tree = _Nodes(C, maxk)
         self.representations_ = []
+        # per-attribute constants on the device: the routing tables of a depth are built there from the chosen splits
+        n_known_t = torch.as_tensor(n_known, device=dev)
+        nominal_t = torch.as_tensor(nominal, device=dev)
         rows = torch.arange(n, device=dev)
         group = torch.zeros(n, dtype=torch.int64, device=dev)
         weight = w
@@ -522,50 +604,105 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         store = None
         class_bits = None
         depth = 0
-        # counts are whole numbers until fractional weights appear (sample weights, missing values)
+        # counts are whole numbers until fractional weights appear (sample weights, missing values); then the
+        # count tables stay int64 and x log x is a table lookup
         lnf_int = _LnfTable(n, dev) if w is None else None
         groups = self._attr_groups(L_off, dev)
+        # the node of every row at the deepest depth it reaches (its leaf), for the pruning; it names one node per
+        # row only while no row has been sent down several branches (missing values)
+        row_node = torch.zeros(n, dtype=torch.int64, device=dev) if w is None else None
+        copied = False
+        # on the CPU the histogram is the larger part of a depth: a splittable child with more rows than its
+        # siblings together gets its table as its parent's minus theirs (on a GPU the counting is cheap, and the
+        # node map the host would send is one more wait per depth)
+        subtract = self._sibling_subtraction if self._sibling_subtraction is not None else dev.type == "cpu"
+        prev = None  # (count table, first child, number of children, table row) of the previous depth's splits
         while level_nodes.size:
             G = level_nodes.size
-            # the class distribution of every node first (one column's counts): most nodes of a deep level are
-            # leaves (pure or too small), and the full node x level x class table is counted only for the others
-            tot = grouped_histogram(codes[:, :1], n_levels[:1], y, C, rows, group, G, weight,
-                                    backend=self._hist_backend).to(torch.float64).sum(1)
+            n0 = int(level_nodes[0])  # the nodes of a depth have consecutive ids
+            if row_node is not None and not copied:
+                row_node[rows] = group + n0
+            # the class distribution of every node first (one count over the entries): most nodes of a deep level
+            # are leaves (pure or too small), and the full node x level x class table is counted only for the others
+            if weight is None:
+                tot = _bincount(group * C + y[rows], G * C).reshape(G, C).to(torch.float64)
+                cnt = None  # the entries of a node are its (whole) total
+            else:
+                tot = grouped_histogram(codes[:, :1], n_levels[:1], y, C, rows, group, G, weight,
+                                        backend=self._hist_backend).to(torch.float64).sum(1)
+                cnt = _bincount(group, G).to(torch.float64)
             total = tot.sum(1)
-            T.dist[level_nodes] = tot.cpu().numpy()
             splittable = (total >= 2 * minobj - _SMALL) & ((total - tot.max(1).values) > _SMALL)
             if self.max_depth is not None and depth >= self.max_depth:
                 splittable = torch.zeros_like(splittable)
-            sel = splittable.nonzero()[:, 0]
-            Gs = sel.shape[0]  # a host sync; the level ends here when it is 0
+            # the host's one look at the depth before the split search
+            view = [tot, splittable[:, None].to(torch.float64)] + ([] if cnt is None else [cnt[:, None]])
+            host = torch.cat(view, 1).cpu().numpy()
+            T.dist[level_nodes] = host[:, :C]
+            split_h = host[:, C] > 0
+            entries_h = host[:, C + 1] if cnt is not None else host[:, :C].sum(1)
+            sel_h = np.flatnonzero(split_h)
+            Gs = int(sel_h.size)
             if Gs == 0:
                 break
-            if Gs < G:
-                slot = torch.cumsum(splittable, 0) - 1
-                keep = splittable[group]
-                rows_s, group_s = rows[keep], slot[group[keep]]
-                weight_s = weight[keep] if weight is not None else None
+            plan = None
+            if prev is not None:
+                plan = _sibling_plan(split_h, entries_h, *prev[1:], min_saved=SIBLING_MIN_SAVED * L_off[-1] * C / d)
+            if plan is not None:
+                rep = self._pick_rep(plan["entries"], n, d, plan["n_groups"], C, False, store is not None)
+                if rep != "histogram":  # bitmap passes cost per row set, derived or not
+                    plan = None
+            if plan is not None:
+                # the nodes in table order (counted ones first, then derived ones); rows of the others to a dropped group
+                sel_h = plan["order"]
+                sel = torch.as_tensor(sel_h, device=dev)
+                group_s = torch.as_tensor(plan["group"], device=dev)[group]
+                n_groups = plan["n_groups"]
+                keep = group_s < n_groups - 1
+                rows_c, group_s = _compact(keep, torch.cumsum(keep, 0) - 1, plan["entries"], rows, group_s)
             else:
-                rows_s, group_s, weight_s = rows, group, weight
-            rep = self._pick_rep(rows_s.shape[0], n, d, Gs, C, weight is not None, store is not None)
+                if Gs < G:
+                    # the entries of the other nodes are counted into one extra group (Gs) that is dropped: no compaction
+                    slot = torch.cumsum(splittable, 0) - 1
+                    sel = _compact(splittable, slot, Gs, torch.arange(G, device=dev))
+                    group_s = torch.where(splittable[group], slot[group], Gs)
+                else:
+                    sel, group_s = torch.arange(G, device=dev), group
+                n_groups = Gs + (Gs < G)
+                rep = self._pick_rep(rows.shape[0], n, d, n_groups, C, weight is not None, store is not None)
             self.representations_.append(rep)
             if rep == "histogram":
-                counts = grouped_histogram(codes, n_levels, y, C, rows_s, group_s, Gs, weight_s,
-                                           backend=self._hist_backend).to(torch.float64)
+                counts = grouped_histogram(codes, n_levels, y, C, rows if plan is None else rows_c, group_s, n_groups,
+                                           weight, backend=self._hist_backend)
             else:
                 if store is None:
                     store = BitmapStore.from_codes(codes, n_levels)
                     if rep == "bitslice":
                         store = store.to_bitslice()
                     class_bits = pack_codes(y, C)
-                counts = self._bitmap_counts(store, class_bits, rows_s, group_s, Gs, C, n).to(torch.float64)
-            # counts: (Gs, L, C) weighted counts of splittable node x attribute level x class
-            best, infos = self._select(counts, tot[sel], total[sel], L_off, counted_t, sel, G, C, minobj,
-                                       _lnf if weight is not None else lnf_int, groups)
-            ba = best.cpu().numpy()
+                counts = self._bitmap_counts(store, class_bits, rows, group_s, n_groups, C, n)
+            if plan is not None:
+                # a derived node's table: its parent's minus its siblings' (whole counts: exact)
+                n1, nD = plan["n_counted"], plan["parent"].size
+                derived = counts[n1:n1 + nD]
+                derived.copy_(prev[0][torch.as_tensor(plan["parent"], device=dev)])
+                derived.index_add_(0, torch.as_tensor(plan["sib_of"], device=dev),
+                                   counts[torch.as_tensor(plan["sib_group"], device=dev)], alpha=-1)
+            # counts: (Gs, L, C) weighted counts of splittable node x attribute level x class (int64 while whole)
+            counts = counts[:Gs] if weight is None else counts[:Gs].to(torch.float64)
+            best_s, infos = self._select_sub(counts, tot[sel], total[sel], L_off, counted_t, C, minobj,
+                                             _lnf if weight is not None else lnf_int, groups)
+            chosen = self._chosen(best_s, infos, groups, maxk)
+            # the host's second look: the chosen attribute of every splittable node and its split's details
+            det = torch.cat([best_s[:, None].to(torch.float64), chosen], 1).cpu().numpy()
+            ba = np.full(G, -1, dtype=np.int64)
+            ba[sel_h] = det[:, 0].astype(np.int64)
             S = np.flatnonzero(ba >= 0)
             if S.size == 0:
                 break
+            at = np.full(G, -1, dtype=np.int64)
+            at[sel_h] = np.arange(Gs)
+            R = at[S]  # the rows of det of the nodes that split
             attrs = ba[S]
             k_S = np.where(nominal[attrs], n_known[attrs], 2)
             n_before = T.n
@@ -575,37 +712,41 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             T.attr[par] = attrs
             T.first[par] = first
             T.nchild[par] = k_S
-            child_base = np.full(G, -1, dtype=np.int64)
-            child_base[S] = first - n_before
-            thr_code = np.full(G, -1, dtype=np.int64)
-            is_num = np.zeros(G, dtype=bool)
             frac_tab = np.zeros((G, maxk))
             for j in np.unique(attrs):
-                sel = S[attrs == j]
-                bags = infos[j]["bags"][sel]
+                m = attrs == j
+                Sj, Rj = S[m], R[m]
+                bags = det[Rj, 3:3 + (n_known[j] if nominal[j] else 2)]
                 known = bags.sum(1, keepdims=True)
                 frac = np.where(known > 0, bags / np.where(known > 0, known, 1), 1.0 / bags.shape[1])
-                frac_tab[sel, :bags.shape[1]] = frac
-                T.frac[level_nodes[sel], :bags.shape[1]] = frac
+                frac_tab[Sj, :bags.shape[1]] = frac
+                T.frac[level_nodes[Sj], :bags.shape[1]] = frac
                 if not nominal[j]:
-                    t = infos[j]["thr"][sel]
-                    thr_code[sel] = t
-                    is_num[sel] = True
-                    T.thrc[level_nodes[sel]] = t
-                    T.thr[level_nodes[sel]] = self._thresholds(j, t, infos[j]["next"][sel])
-            rows, group, weight = self._route(codes, rows, group, weight, ba, child_base, k_S, S, thr_code, is_num,
-                                              frac_tab)
-            # children that got no weight are empty leaves: kept in the tree, dropped from the next depth
-            wsum = torch.zeros(kids.size, dtype=torch.float64, device=dev)
-            if rows.numel():
-                wsum.index_add_(0, group, weight if weight is not None else torch.ones_like(group, dtype=torch.float64))
-            nonempty = (wsum > 0).cpu().numpy()
-            if not nonempty.all() and rows.numel():
-                remap = np.full(kids.size, -1, dtype=np.int64)
-                remap[nonempty] = np.arange(int(nonempty.sum()))
-                group = torch.as_tensor(remap, device=dev)[group]
-            level_nodes = kids[nonempty]
+                    t = det[Rj, 1].astype(np.int64)
+                    T.thrc[level_nodes[Sj]] = t
+                    T.thr[level_nodes[Sj]] = self._thresholds(j, t, det[Rj, 2].astype(np.int64))
+            # the routing tables of the depth, built on the device from the chosen splits (as the host's above)
+            thr = chosen[:, 0].to(torch.int64)
+            if Gs == G and plan is None:  # the table holds every node, in order
+                best = best_s
+            else:
+                best = torch.full((G,), -1, dtype=torch.int64, device=dev).index_copy_(0, sel, best_s)
+                thr = torch.zeros(G, dtype=torch.int64, device=dev).index_copy_(0, sel, thr)
+            bc = best.clamp_min(0)
+            k_t = torch.where(best >= 0, torch.where(nominal_t[bc], n_known_t[bc], 2), 0)
+            is_num = (best >= 0) & ~nominal_t[bc]
+            missing = bool(has_missing[attrs].any())
+            rows, group, weight = self._route(codes, rows, group, weight, best, torch.cumsum(k_t, 0) - k_t, thr, is_num,
+                                              int(entries_h[S].sum()), missing, frac_tab, k_S, S)
+            copied |= missing
+            # the next depth may derive a child's table from this one (its rows are then split exactly among the children)
+            prev = None
+            if subtract and weight is None and not missing:
+                prev = (counts, np.cumsum(k_S) - k_S, k_S, R)
+            # children without entries are empty leaves: they stay in the next depth, where they do not split
+            level_nodes = kids
             depth += 1
+        self._row_node = row_node if row_node is not None and not copied else None
 
     def _thresholds(self, j, t, nxt):
         """J48's cut: the largest training value <= the midpoint of the node's two adjacent values."""
@@ -646,25 +787,39 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             out[g0:g0 + chunk] = cnt.reshape(L, -1, C).permute(1, 0, 2)
         return out
 
-    def _select(self, counts, tot, total, L_off, counted, sel, G_all, C, minobj, lnf=_lnf, groups=None):
-        """Best attribute per node (``-1``: leaf) and per-attribute split details, vectorised over nodes.
+    def _chosen(self, best, infos, groups, maxk):
+        """The details of every node's chosen split, gathered on the device: ``(G, 2 + maxk)`` float64.
 
-        ``counts``, ``tot`` and ``total`` are those of the nodes ``sel`` (indices into the
-        level's ``G_all`` nodes); the results are indexed by all of the level's nodes.
+        Column 0 is the numeric cut (the last level code of the left branch), column 1
+        the next level with values, columns ``2 ..`` the branch weights (``k`` of a
+        nominal split, 2 of a numeric one); zeros where the node does not split.
+        ``infos`` as :meth:`_select_sub` returns them (tensors or arrays).
         """
-        best_all = torch.full((G_all,), -1, dtype=torch.int64, device=counts.device)
-        best, infos = self._select_sub(counts, tot, total, L_off, counted, C, minobj, lnf, groups)
-        best_all[sel] = best
-        sel_h = sel.cpu().numpy()
-        full = []
-        for info in infos:
-            f = {}
-            for key, v in info.items():
-                arr = np.zeros((G_all,) + v.shape[1:], dtype=v.dtype)
-                arr[sel_h] = v
-                f[key] = arr
-            full.append(f)
-        return best_all, full
+        G = best.shape[0]
+        dev = best.device
+        out = torch.zeros(G, 2 + maxk, dtype=torch.float64, device=dev)
+        bc = best.clamp_min(0)
+        rows = torch.arange(G, device=dev)
+        for nom, k, J, _lv, Jh in groups:
+            if not Jh:
+                continue
+            # the position of the chosen attribute in this group (-1: another group's or none)
+            where = torch.full((len(self._cols.n_known),), -1, dtype=torch.int64, device=dev)
+            where[J] = torch.arange(len(Jh), device=dev)
+            a = torch.where(best >= 0, where[bc], -1)
+            mine = (a >= 0)[:, None]
+            a = a.clamp_min(0)
+
+            def pick(key, a=a):
+                v = torch.stack([torch.as_tensor(infos[j][key], device=dev) for j in Jh], 1)
+                return v[rows, a].to(torch.float64)
+
+            if nom:
+                out[:, 2:2 + k] = torch.where(mine, pick("bags"), out[:, 2:2 + k])
+            else:
+                det = torch.cat([pick("thr")[:, None], pick("next")[:, None], pick("bags")], 1)
+                out[:, :4] = torch.where(mine, det, out[:, :4])
+        return out
 
     def _attr_groups(self, L_off, device):
         """The attributes in groups of one kind (nominal or numeric) and one number of known levels.
@@ -672,7 +827,8 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         The split search runs once per group on a ``(nodes, attributes, levels, classes)``
         view of the counts instead of once per attribute: fewer, larger tensor ops (kernel
         launches on a GPU), each attribute's values computed by the same operations as alone.
-        Returns ``[(nominal, k, attribute indices, level indices of the count table)]``.
+        Returns ``[(nominal, k, attribute indices, level indices of the count table,
+        attribute indices as a list)]``.
         """
         cols = self._cols
         keys = {}
@@ -680,60 +836,69 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             keys.setdefault((bool(cols.nominal[j]), int(cols.n_known[j])), []).append(j)
         groups = []
         for (nom, k), J in keys.items():
-            J = np.asarray(J, dtype=np.int64)
-            lv = (np.asarray(L_off, dtype=np.int64)[J][:, None] + np.arange(k)[None, :]).reshape(-1)
-            groups.append((nom, k, torch.as_tensor(J, device=device), torch.as_tensor(lv, device=device)))
+            Jn = np.asarray(J, dtype=np.int64)
+            lv = (np.asarray(L_off, dtype=np.int64)[Jn][:, None] + np.arange(k)[None, :]).reshape(-1)
+            groups.append((nom, k, torch.as_tensor(Jn, device=device), torch.as_tensor(lv, device=device), list(J)))
         return groups
 
     def _select_sub(self, counts, tot, total, L_off, counted, C, minobj, lnf=_lnf, groups=None):
         """Gain, gain ratio and validity of every attribute's best split at every node; the best attribute.
 
-        ``counts``: ``(G, L, C)`` node x attribute level x class; the last level of each
-        attribute holds its missing values. Attributes of one kind and number of levels
-        are evaluated together (:meth:`_attr_groups`).
+        ``counts``: ``(G, L, C)`` node x attribute level x class, float64 or (whole
+        counts, with ``lnf`` a :class:`_LnfTable`) int64; the last level of each
+        attribute holds its missing values. Attributes of one kind and number of
+        levels are evaluated together (:meth:`_attr_groups`). Whole counts stay int64
+        through the sums and differences (exact, as they are in float64) and become
+        float64 where they meet fractions, so both give the same values bit for bit.
+        Returns the best attribute per node (``-1``: leaf) on the device and, per
+        attribute, the split details as device tensors: ``bags`` (the branch weights),
+        and for numeric attributes ``thr`` (the cut's last level) and ``next`` (the
+        next level with values).
         """
         G = counts.shape[0]
         dev = counts.device
         d = len(self._cols.n_known)
+        f64 = torch.float64
         if groups is None:
             groups = self._attr_groups(L_off, dev)
-        gains = torch.zeros(G, d, dtype=torch.float64, device=dev)
-        ratios = torch.zeros(G, d, dtype=torch.float64, device=dev)
+        gains = torch.zeros(G, d, dtype=f64, device=dev)
+        ratios = torch.zeros(G, d, dtype=f64, device=dev)
         valid = torch.zeros(G, d, dtype=torch.bool, device=dev)
         infos = [None] * d
         tot1 = total[:, None]
         lnf_total = lnf(total)[:, None]
-        for nom, k, J, lv in groups:
+        for nom, k, J, lv, Jh in groups:
             A = J.shape[0]
             K = counts.index_select(1, lv).reshape(G, A, k, C)  # known levels
             known_c = K.sum(2)  # (G, A, C)
             known = known_c.sum(2)
-            unknown = (tot1 - known).clamp_min(0)
+            known_f = known.to(f64)
+            unknown = (tot1 - known_f).clamp_min(0)
             rate = torch.where(tot1 > 0, unknown / tot1.clamp_min(1e-300), torch.zeros_like(unknown))
             old_ent = (lnf(known) - lnf(known_c).sum(2)) / _LN2
             bag = K.sum(3)  # (G, A, k)
             if nom:
+                bag_f = bag.to(f64)
                 new_ent = (lnf(bag).sum(2) - lnf(K).sum((2, 3))) / _LN2
                 num = (1 - rate) * (old_ent - new_ent)
-                gain = torch.where(num.abs() < _SMALL, torch.zeros_like(num), num / known.clamp_min(1e-300))
-                ok = ((bag >= minobj - _SMALL).sum(2) >= 2) & (known > 0)
+                gain = torch.where(num.abs() < _SMALL, torch.zeros_like(num), num / known_f.clamp_min(1e-300))
+                ok = ((bag_f >= minobj - _SMALL).sum(2) >= 2) & (known > 0)
                 split_ent = (-lnf(bag).sum(2) - lnf(unknown) + lnf_total) / _LN2
                 ratio = _ratio(gain, split_ent, tot1)
-                bags_h = bag.cpu().numpy()
-                for a, j in enumerate(J.tolist()):
-                    infos[j] = {"bags": bags_h[:, a]}
+                for a, j in enumerate(Jh):
+                    infos[j] = {"bags": bag_f[:, a]}
             else:
-                left_c = K.cumsum(2)[:, :, :-1, :]  # (G, A, k-1, C): cut after level t
+                left_c = K[:, :, :-1].cumsum(2)  # (G, A, k-1, C): cut after level t
                 left = left_c.sum(3)
                 right_c = known_c[:, :, None, :] - left_c
                 right = known[:, :, None] - left
                 present = bag[:, :, :-1] > 0
-                min_split = (0.1 * known / C).clamp(min=minobj, max=25.0)
+                min_split = (0.1 * known_f / C).clamp(min=minobj, max=25.0)
                 cand = present & (left >= min_split[..., None] - _SMALL) & (right >= min_split[..., None] - _SMALL)
-                cand &= (known >= 2 * min_split - _SMALL)[..., None]
+                cand &= (known_f >= 2 * min_split - _SMALL)[..., None]
                 new_ent = (lnf(left) + lnf(right) - lnf(left_c).sum(3) - lnf(right_c).sum(3)) / _LN2
                 num = (1 - rate)[..., None] * (old_ent[..., None] - new_ent)
-                g_t = torch.where(num.abs() < _SMALL, torch.zeros_like(num), num / known.clamp_min(1e-300)[..., None])
+                g_t = torch.where(num.abs() < _SMALL, torch.zeros_like(num), num / known_f.clamp_min(1e-300)[..., None])
                 g_t = torch.where(cand, g_t, torch.full_like(g_t, -math.inf))
                 n_cand = cand.sum(2)
                 if k >= 2:
@@ -741,10 +906,10 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                     # the first cut within 1e-6 of the best (J48 scans cuts in order, keeping strict improvements)
                     first = (g_t >= best_g[..., None] - _SMALL).to(torch.int8).argmax(2)
                 else:
-                    best_g = torch.full((G, A), -math.inf, dtype=torch.float64, device=dev)
+                    best_g = torch.full((G, A), -math.inf, dtype=f64, device=dev)
                     first = torch.zeros(G, A, dtype=torch.int64, device=dev)
                 has = (n_cand > 0) & (best_g > _SMALL)
-                gain = best_g - torch.log2(n_cand.clamp_min(1).to(torch.float64)) / tot1.clamp_min(1e-300)
+                gain = best_g - torch.log2(n_cand.clamp_min(1).to(f64)) / tot1.clamp_min(1e-300)
                 ok = has & (gain > _SMALL)
                 gain = torch.where(ok, gain, torch.zeros_like(gain))
                 idx = first.clamp_max(max(k - 2, 0))
@@ -761,11 +926,9 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                                       torch.full_like(bag, k, dtype=torch.int64)).min(2).values.clamp_max(k - 1)
                 else:  # no known value anywhere (an all-missing column): no cut, never chosen (ok is False)
                     nxt = torch.zeros(G, A, dtype=torch.int64, device=dev)
-                # one transfer for the group's split details
-                det = torch.stack([idx.to(torch.float64), nxt.to(torch.float64), lb, rb], 2).cpu().numpy()
-                for a, j in enumerate(J.tolist()):
-                    infos[j] = {"thr": det[:, a, 0].astype(np.int64), "next": det[:, a, 1].astype(np.int64),
-                                "bags": det[:, a, 2:]}
+                bags = torch.stack([lb, rb], 2).to(f64)
+                for a, j in enumerate(Jh):
+                    infos[j] = {"thr": idx[:, a], "next": nxt[:, a], "bags": bags[:, a]}
             gains[:, J] = gain
             ratios[:, J] = ratio
             valid[:, J] = ok
@@ -780,27 +943,36 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         best = torch.where(ok, first, torch.full_like(first, -1))
         return best, infos
 
-    def _route(self, codes, rows, group, weight, ba, child_base, k_S, S, thr_code, is_num, frac_tab):
+    def _route(self, codes, rows, group, weight, best, child_base, thr, is_num, n_keep, missing, frac_tab, k_S, S):
+        """The entries of the next depth: the rows of the nodes that split, each in its branch's child.
+
+        ``best``, ``child_base`` (index of a node's first child in the next depth),
+        ``thr`` and ``is_num`` are per-node device tables; ``n_keep`` is the number of
+        entries of the nodes that split (the host knows it), so the compaction needs no
+        wait for the device. ``missing``: a chosen attribute has missing values, which
+        go down every branch with weight times the branch's share of the known weight
+        (``frac_tab``, host) -- the only path that waits (for whether any entry is missing).
+        """
         dev = codes.device
-        ba_t = torch.as_tensor(ba, device=dev)
-        keep = ba_t[group] >= 0
-        rows, group = rows[keep], group[keep]
-        weight = weight[keep] if weight is not None else None
+        keep = best[group] >= 0
+        pos = torch.cumsum(keep, 0) - 1
+        if weight is None:
+            rows, group = _compact(keep, pos, n_keep, rows, group)
+        else:
+            rows, group, weight = _compact(keep, pos, n_keep, rows, group, weight)
         if rows.numel() == 0:
             return rows, group, weight
-        attr = ba_t[group]
+        attr = best[group]
         code = codes[rows, attr].to(torch.int64)
-        nk = torch.as_tensor(np.asarray(self._cols.n_known, dtype=np.int64), device=dev)[attr]
-        miss = code >= nk
-        num = torch.as_tensor(is_num, device=dev)[group]
-        thr = torch.as_tensor(thr_code, device=dev)[group]
-        branch = torch.where(num, (code > thr).to(torch.int64), code)
-        base_t = torch.as_tensor(child_base, device=dev)
-        new_group = base_t[group] + branch
+        branch = torch.where(is_num[group], (code > thr[group]).to(torch.int64), code)
+        new_group = child_base[group] + branch
+        if not missing:
+            return rows, new_group, weight
+        miss = code >= torch.as_tensor(np.asarray(self._cols.n_known, dtype=np.int64), device=dev)[attr]
         if not bool(miss.any()):
             return rows, new_group, weight
         # missing values: one entry per branch, weight times the branch's share of the known weight
-        n_child = np.zeros(len(ba), dtype=np.int64)
+        n_child = np.zeros(frac_tab.shape[0], dtype=np.int64)
         n_child[S] = k_S
         frac_t = torch.as_tensor(frac_tab, device=dev)
         w = weight if weight is not None else torch.ones(rows.shape[0], dtype=torch.float64, device=dev)
@@ -812,7 +984,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         starts = torch.cumsum(nb, 0) - nb
         b = torch.arange(rep_r.shape[0], device=dev) - torch.repeat_interleave(starts, nb)
         rep_w = torch.repeat_interleave(mw, nb) * frac_t[rep_g, b]
-        rep_new = base_t[rep_g] + b
+        rep_new = child_base[rep_g] + b
         pos = rep_w > 0
         rows = torch.cat([kr, rep_r[pos]])
         group = torch.cat([kg, rep_new[pos]])
@@ -880,6 +1052,13 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         the missing ones, each in the parent's order), so every weighted count is
         summed in the same order; sums of estimates over branches are nested as in
         the recursion.
+
+        Without sample weights and with no value missing in a tested attribute
+        (every row on one path, whole counts) nothing is routed level by level: the
+        rows are kept sorted by the pre-order number of their leaf, so a node's rows
+        are one range found by binary search, only the rows outside a node's largest
+        branch are routed (down that branch), and a raised subtree is counted and
+        decided again only where rows arrived.
         """
         import sys
 
@@ -1078,10 +1257,8 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                 return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64)
             return np.concatenate(rs), np.concatenate(ws), np.concatenate(os)
 
-        def prune_sub(roots, rows, wts, start, reset):
-            """Prune the disjoint subtrees at ``roots``, the entries ``rows``/``wts`` starting at nodes ``start``
-            (each root's entries in its order); ``reset``: recompute their distributions first (raising)."""
-            # the subtrees' nodes, level by level
+        def subtree_levels(roots):
+            """The subtrees' nodes level by level, all of them, and the inner ones."""
             struct = [roots]
             while True:
                 P = struct[-1][T.nchild[struct[-1]] > 0]
@@ -1089,7 +1266,12 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                     break
                 struct.append(T.children(P))
             allnodes = np.concatenate(struct)
-            inner = allnodes[T.nchild[allnodes] > 0]
+            return struct, allnodes, allnodes[T.nchild[allnodes] > 0]
+
+        def prune_sub(roots, rows, wts, start, reset):
+            """Prune the disjoint subtrees at ``roots``, the entries ``rows``/``wts`` starting at nodes ``start``
+            (each root's entries in its order); ``reset``: recompute their distributions first (raising)."""
+            struct, allnodes, inner = subtree_levels(roots)
             if reset:  # Weka's resetDistribution of the raised subtree (no instances: empty, even fractions)
                 T.dist[allnodes] = 0.0
                 T.frac[inner] = 0.0
@@ -1177,10 +1359,226 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                     T.parent[T.children(R)] = np.repeat(R, T.nchild[R])
                     prune_sub(R, rv, wv, R[ov], True)
 
+        # --- whole counts, one path per row (no sample weights, no missing value in a tested attribute) ---
+        # Every node's rows are then the rows under it and its distribution is their class count, so nothing
+        # needs routing but the rows a largest branch does not hold. The rows are kept sorted by the pre-order
+        # number of their leaf: the rows of a node are one range of that order (found by binary search on the
+        # numbers of its subtree), a node's largest branch is a sub-range, and the rest of the node's range
+        # are the rows routed down that branch. Raising re-sorts the raised node's range. All counts are whole
+        # numbers, so sums in any order are those of the recursion bit for bit.
+        val = np.zeros(NN)
+
+        def preorder():
+            """Pre-order numbers: the subtree of node x holds the numbers ``pre[x] .. end[x] - 1``."""
+            levels = T.levels(0)
+            size = np.zeros(NN, dtype=np.int64)
+            for lvl in reversed(levels):
+                size[lvl] = 1
+                P = lvl[T.nchild[lvl] > 0]
+                k, f = T.nchild[P], T.first[P]
+                for b in range(int(k.max()) if P.size else 0):
+                    m = b < k
+                    size[P[m]] += size[f[m] + b]
+            pre = np.zeros(NN, dtype=np.int64)
+            for lvl in levels:
+                P = lvl[T.nchild[lvl] > 0]
+                k, f = T.nchild[P], T.first[P]
+                off = pre[P] + 1
+                for b in range(int(k.max()) if P.size else 0):
+                    m = b < k
+                    pre[f[m] + b] = off[m]
+                    off[m] += size[f[m] + b]
+            return pre, pre + size, levels
+
+        def row_leaves(levels):
+            """The leaf of every row in the (collapsed) tree: from the growth's deepest node of each row, else routed."""
+            row_node = getattr(self, "_row_node", None)
+            if row_node is not None and row_node.shape[0] == n:
+                reach = np.zeros(NN, dtype=bool)
+                reach[np.concatenate(levels)] = True
+                top = np.arange(NN)
+                # node ids grow with depth: a node cut off by collapsing ends where its nearest kept ancestor does
+                dep = T.depth[:NN]
+                for dd in range(1, int(dep.max()) + 1 if NN else 0):
+                    x = np.flatnonzero((dep == dd) & ~reach)
+                    top[x] = top[T.parent[x]]
+                return top[row_node.cpu().numpy()]
+            leaf = np.empty(n, dtype=np.int64)
+            r, nd = np.arange(n), np.zeros(n, dtype=np.int64)
+            while r.size:
+                lf = T.nchild[nd] == 0
+                leaf[r[lf]] = nd[lf]
+                r, nd = r[~lf], nd[~lf]
+                a = T.attr[nd]
+                c = codf[r * d + a]
+                nd = T.first[nd] + np.where(nominal[a], c, c > thrl[nd])
+            return leaf
+
+        def ranges(X):
+            return np.searchsorted(key, pre[X]), np.searchsorted(key, end[X])
+
+        any_nominal, any_numeric = bool(nominal.any()), bool((~nominal).any())
+
+        def branch(a, c, nd):
+            """The branch of codes ``c`` of attributes ``a`` at inner nodes ``nd``."""
+            if not any_nominal:
+                return c > thrl[nd]
+            if not any_numeric:
+                return c
+            return np.where(nominal[a], c, c > thrl[nd])
+
+        def segments(lo, ln):
+            """The positions ``lo[i] .. lo[i] + ln[i] - 1``, one range after the other."""
+            return np.repeat(lo - np.cumsum(ln) + ln, ln) + np.arange(int(ln.sum()))
+
+        def branch_sums(P, vals):
+            """Per node of ``P``, the rows ``vals[child]`` of its children added up (whole numbers: exact)."""
+            k, f = T.nchild[P], T.first[P]
+            acc = np.zeros((P.size,) + vals.shape[1:])
+            for b in range(int(k.max()) if P.size else 0):
+                m = b < k
+                acc[m] += vals[f[m] + b]
+            return acc
+
+        touched = np.zeros(NN, dtype=bool)
+
+        def prune_whole(roots, reset, landed=None):
+            """:func:`prune_sub` for whole counts and one path per row (see above).
+
+            ``reset``: the subtrees were raised, the rows routed down the largest branches reaching the leaves
+            ``landed``. Only the nodes on the way from a root to those leaves have new rows; every other node keeps
+            its rows, distribution and (final) decision, which pruning it again would repeat bit for bit, so only
+            the changed nodes are counted and decided again.
+            """
+            struct, allnodes, inner = subtree_levels(roots)
+            leaves = allnodes[T.nchild[allnodes] == 0]
+            if reset:
+                X = unique(landed) if landed.size else landed
+                touched[roots] = True
+                while X.size:
+                    X = X[~touched[X]]
+                    touched[X] = True
+                    X = unique(T.parent[X]) if X.size else X
+                leaves, inner = leaves[touched[leaves]], inner[touched[inner]]
+                # Weka's resetDistribution: a leaf counts the rows of its range, an inner node its children's;
+                # branch fractions from the children's weights (even where there are none)
+                lo, hi = ranges(leaves)
+                ln = hi - lo
+                T.dist[leaves] = np.bincount(np.repeat(np.arange(leaves.size), ln) * C + ycls[segments(lo, ln)],
+                                             minlength=leaves.size * C).reshape(leaves.size, C)
+                for lvl in reversed(struct):
+                    P = lvl[(T.nchild[lvl] > 0) & touched[lvl]]
+                    if P.size:
+                        T.dist[P] = branch_sums(P, T.dist)
+                touched[allnodes] = False
+                T.frac[inner] = 0.0
+                kin = T.nchild[inner]
+                for k in np.unique(kin):
+                    g = inner[kin == k]
+                    bk = np.stack([T.dist[T.first[g] + b].sum(1) for b in range(k)], 1)
+                    known = _pairwise_rows(bk)
+                    good = np.abs(known) >= _SMALL
+                    fk = np.full(bk.shape, 1.0 / k)
+                    fk[good] = bk[good] / known[good, None]
+                    T.frac[g, :k] = fk
+            et[leaves] = est(T.dist[leaves])
+            hn = np.zeros(NN, dtype=np.int64)
+            for lvl in reversed(struct):
+                P = lvl[T.nchild[lvl] > 0]
+                if P.size:
+                    k, f = T.nchild[P], T.first[P]
+                    hh = np.zeros(P.size, dtype=np.int64)
+                    for b in range(int(k.max())):
+                        m = b < k
+                        hh[m] = np.maximum(hh[m], hn[f[m] + b])
+                    hn[P] = hh + 1
+            hi_n = hn[inner]
+            for H in np.unique(hi_n):
+                V = inner[hi_n == H]
+                k, f = T.nchild[V], T.first[V]
+                pb = np.zeros((V.size, maxk))
+                for b in range(int(k.max())):
+                    m = b < k
+                    pb[m, b] = T.dist[f[m] + b].sum(1)
+                big = big_branch(V, pb)
+                bnode = f + big
+                e_leaf = est(T.dist[V])
+                e_tree = nested_sum(V, et)
+                loV, hiV = ranges(V)
+                loB, hiB = ranges(bnode)
+                # the node's rows outside its largest branch (before and after its range), routed down that branch
+                seg = segments(np.column_stack([loV, hiB]).ravel(), np.column_stack([loB - loV, hiV - hiB]).ravel())
+                owner = np.repeat(np.arange(V.size), (loB - loV) + (hiV - hiB))
+                leafid = np.empty(seg.size, dtype=np.int64)
+                q, nd = np.arange(seg.size), bnode[owner]
+                # the routed rows' codes in one gather (a row's codes are adjacent): the steps then read them in order
+                oc = np.take(cod, order[seg], axis=0).reshape(-1)
+                while q.size:
+                    lf = T.nchild[nd] == 0
+                    if lf.any():
+                        leafid[q[lf]] = nd[lf]
+                        inn = ~lf
+                        q, nd = q[inn], nd[inn]
+                        if not q.size:
+                            break
+                    a = T.attr[nd]
+                    c = oc[q * d + a]
+                    nd = T.first[nd] + branch(a, c, nd)
+                # estimates of the largest branches' subtrees holding all of the node's rows: the finished estimates
+                # where no routed row arrives, the leaves' with the routed rows added, sums in branch order above
+                lv, inner_lv = [bnode], []
+                while True:
+                    P = lv[-1][T.nchild[lv[-1]] > 0]
+                    if not P.size:
+                        break
+                    inner_lv.append(P)
+                    lv.append(T.children(P))
+                nodes = np.concatenate(lv)
+                val[nodes] = et[nodes]
+                if seg.size:
+                    L = unique(leafid)
+                    slotmap[L] = np.arange(L.size)
+                    extra = np.bincount(slotmap[leafid] * C + ycls[seg], minlength=L.size * C).reshape(L.size, C)
+                    val[L] = est(T.dist[L] + extra)
+                for P in reversed(inner_lv):
+                    val[P] = nested_sum(P, val)
+                e_branch = np.where(hiV > loV, val[bnode], 0.0)
+                to_leaf = (e_leaf - (e_tree + 0.1) < _SMALL) & (e_leaf - (e_branch + 0.1) < _SMALL)
+                keep = ~to_leaf & ~(e_branch - (e_tree + 0.1) < _SMALL)
+                T.nchild[V[to_leaf]] = 0
+                et[V[to_leaf]] = e_leaf[to_leaf]
+                et[V[keep]] = e_tree[keep]
+                rs = np.flatnonzero(~to_leaf & ~keep)
+                if rs.size:
+                    # raising: the rows routed down the largest branch now end in its leaves; the raised nodes'
+                    # ranges are re-sorted by their rows' new leaves (the ranges are disjoint)
+                    raised = np.zeros(V.size, dtype=bool)
+                    raised[rs] = True
+                    moved = raised[owner]
+                    key[seg[moved]] = pre[leafid[moved]]
+                    rs = rs[np.argsort(loV[rs])]
+                    span = segments(loV[rs], hiV[rs] - loV[rs])
+                    o = span[np.argsort(key[span], kind="stable")]
+                    order[span], key[span], ycls[span] = order[o], key[o], ycls[o]
+                    R, B = V[rs], bnode[rs]
+                    T.attr[R], T.thr[R], T.thrc[R] = T.attr[B], T.thr[B], T.thrc[B]
+                    thrl[R] = thrl[B]
+                    T.first[R], T.nchild[R] = T.first[B], T.nchild[B]
+                    T.parent[T.children(R)] = np.repeat(R, T.nchild[R])
+                    prune_whole(R, True, leafid[moved])
+
         old = sys.getrecursionlimit()
         sys.setrecursionlimit(max(old, 4 * int(T.depth[:T.n].max()) + 200))
         try:
-            prune_sub(np.array([0]), np.arange(n), w0, np.zeros(n, dtype=np.int64), False)
+            if known_only and w is None:
+                pre, end, levels0 = preorder()
+                key = pre[row_leaves(levels0)]
+                order = np.argsort(key, kind="stable")
+                key = key[order]
+                ycls = yh[order]
+                prune_whole(np.array([0]), False)
+            else:
+                prune_sub(np.array([0]), np.arange(n), w0, np.zeros(n, dtype=np.int64), False)
         finally:
             sys.setrecursionlimit(old)
         # raising moves subtrees up: recompute depths of the nodes still reachable
@@ -1200,7 +1598,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
     def _finalize(self):
         """Prediction tables on the device, indexed by node id."""
         T = self._tree
-        N, C, maxk = T.n, T.C, T.maxk
+        N, maxk = T.n, T.maxk
         reach = np.zeros(N, dtype=bool)
         frontier = np.array([0])
         while frontier.size:
@@ -1287,7 +1685,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             br = torch.where(m, torch.zeros_like(br), br)
             child = t["kids"][node, br]
             # known values: one child; an empty child answers with this node's distribution (J48)
-            kr, kc, kw, kn = rows[~m], child[~m], w[~m], node[~m]
+            kr, kc, kw = rows[~m], child[~m], w[~m]
             # missing: every non-empty child with the branch fraction
             mr, mn, mw = rows[m], node[m], w[m]
             if mr.numel():
@@ -1508,7 +1906,9 @@ def _add_errors_exact(N, e, cf):
         out[~small] = upper(N[~small], e[~small])
     if small.any():
         Ns, es = N[small], e[small]
-        base = Ns * (1 - np.array([math.pow(cf, 1 / x) for x in Ns.tolist()]))
+        # math.pow once per distinct weight (whole counts repeat a lot): the same numbers, fewer Python calls
+        xs, inv = np.unique(Ns, return_inverse=True)
+        base = Ns * (1 - np.array([math.pow(cf, 1 / x) for x in xs.tolist()])[inv])
         res = base.copy()
         nz = es != 0
         if nz.any():
@@ -1530,3 +1930,69 @@ def _jnum(x):
 def _ratio(gain, split_ent, total):
     denom = split_ent / total.clamp_min(1e-300)
     return torch.where((split_ent.abs() < _SMALL) | (gain <= 0), torch.zeros_like(gain), gain / denom)
+
+
+def _bincount(index, size):
+    """``torch.bincount(index, minlength=size)`` for indices below ``size``, without waiting for the device.
+
+    On a CUDA device ``torch.bincount`` reads the minimum and maximum back to the
+    host (two waits per call); a scatter-add into a zeroed table of the known size
+    gives the same int64 counts without them. On the CPU, bincount is the faster.
+    """
+    if index.device.type == "cpu":
+        return torch.bincount(index, minlength=size)
+    return torch.zeros(size, dtype=torch.int64, device=index.device).scatter_add_(0, index, torch.ones_like(index))
+
+
+def _compact(mask, pos, m, *tensors):
+    """``t[mask]`` for each of ``tensors``, in order, when the host knows ``m = mask.sum()``.
+
+    ``pos`` is ``cumsum(mask) - 1``. Boolean indexing waits for the device to learn
+    the size; a scatter to the known positions (the others to a spare slot that is
+    dropped) does not. Returns one tensor, or a tuple for several.
+    """
+    target = torch.where(mask, pos, m)
+    out = tuple(torch.empty(m + 1, dtype=t.dtype, device=t.device).scatter_(0, target, t)[:m] for t in tensors)
+    return out[0] if len(out) == 1 else out
+
+
+def _sibling_plan(split, entries, starts, ks, parent_row, min_saved=0.0):
+    """Which nodes of a depth to count and which to derive as their parent's count table minus their siblings'.
+
+    The depth's nodes are the children of the previous depth's splits: ``ks[p]`` of them from
+    ``starts[p]`` for split ``p``, whose table is row ``parent_row[p]`` of the previous table, and
+    together they hold exactly their parent's rows (whole counts, no missing value routed).
+    ``split``: which nodes can split; ``entries``: their rows. Per parent, the splittable child
+    with the most rows (the first such) is derived when its siblings hold fewer rows than it, so
+    that counting them is cheaper than counting it; its siblings with rows are then counted too.
+
+    Returns ``None`` when no table is derived, else a dict: ``order`` (the splittable nodes in table
+    order, counted ones then derived ones), ``group`` (histogram group of every node: counted
+    splittable ones first, then room for the derived tables, then the counted siblings that cannot
+    split; all other rows to the last, dropped group), ``n_groups``, ``n_counted`` (splittable and
+    counted), ``parent`` (previous table row of each derived node), ``sib_of`` / ``sib_group`` (each
+    derived node's counted siblings) and ``entries`` (the rows counted).
+    """
+    G = split.size
+    par = np.repeat(np.arange(ks.size), ks)
+    val = np.where(split, entries, -1.0)
+    most = np.maximum.reduceat(val, starts)
+    first = np.minimum.reduceat(np.where(val == most[par], np.arange(G), G), starts)
+    derive = most - np.add.reduceat(np.where(split, 0.0, entries), starts) > max(min_saved, 0.0)
+    if not derive.any():
+        return None
+    D = first[derive]
+    is_d = np.zeros(G, dtype=bool)
+    is_d[D] = True
+    counted = ~is_d & (split | (derive[par] & (entries > 0)))
+    cs, helper = counted & split, counted & ~split
+    n1, nD, nH = int(cs.sum()), int(D.size), int(helper.sum())
+    group = np.full(G, n1 + nD + nH, dtype=np.int64)
+    group[cs] = np.arange(n1)
+    group[helper] = n1 + nD + np.arange(nH)
+    sib = np.flatnonzero(counted & derive[par])
+    owner = np.full(ks.size, -1, dtype=np.int64)
+    owner[derive] = np.arange(nD)
+    return {"order": np.concatenate([np.flatnonzero(cs), D]), "group": group, "n_groups": n1 + nD + nH + 1,
+            "n_counted": n1, "parent": np.asarray(parent_row)[derive], "sib_of": owner[par[sib]],
+            "sib_group": group[sib], "entries": int(entries[counted].sum())}
