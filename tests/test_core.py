@@ -8,7 +8,7 @@ import torch
 
 from gpumine.core import get_metric, merge_topk, pairwise_distances, plan_tiles, topk_smallest
 from gpumine.core.select import sort_by_score_then_index
-from gpumine.core.tiles import iter_row_chunks
+from gpumine.core.tiles import iter_row_chunks, same_device
 from knn_oracle import full_distances
 
 
@@ -111,6 +111,27 @@ def test_pinned_double_buffer_streams_exact_rows():
     X = torch.randn(10_007, 9)
     chunks = [(s, c.clone()) for s, c in iter_row_chunks(X, 1000, torch.device("cuda"))]
     assert torch.equal(torch.cat([c for _, c in chunks]).cpu(), X)
+
+
+def test_same_device_treats_an_unindexed_cuda_as_the_current_gpu():
+    cpu, cuda0, cuda1 = torch.device("cpu"), torch.device("cuda", 0), torch.device("cuda", 1)
+    assert same_device(cpu, torch.device("cpu")) and not same_device(cpu, cuda0)
+    assert same_device(cuda0, torch.device("cuda:0")) and not same_device(cuda0, cuda1)
+    if torch.cuda.is_available():
+        current = torch.device("cuda", torch.cuda.current_device())
+        assert same_device(current, torch.device("cuda")) and same_device(torch.device("cuda"), current)
+
+
+@pytest.mark.gpu
+def test_device_data_is_chunked_as_views_whatever_the_cuda_spelling():
+    # resident reference tiles are kept in a list: staged through the two reused streaming
+    # buffers (what "cuda" vs "cuda:0" once caused) all but the last two read the wrong rows
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    X = torch.randn(1000, 3, device="cuda")
+    chunks = list(iter_row_chunks(X, 64, torch.device("cuda")))
+    assert all(c.data_ptr() == X[s:].data_ptr() for s, c in chunks)
+    assert torch.equal(torch.cat([c for _, c in chunks]), X)
 
 
 @pytest.mark.parametrize("r", [20, 333, 2003, 50_001])

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import torch
 
-__all__ = ["TilePlan", "plan_tiles", "tile_bytes", "iter_row_chunks", "fits_on_device"]
+__all__ = ["TilePlan", "plan_tiles", "tile_bytes", "iter_row_chunks", "fits_on_device", "same_device"]
 
 _INDEX_BYTES = 8
 
@@ -99,6 +99,23 @@ def fits_on_device(n_bytes: int, device: torch.device, fraction: float = 0.5) ->
     return n_bytes <= fraction * free
 
 
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether two devices are the same one: ``cuda`` without an index is the current GPU.
+
+    (``torch.device("cuda:0") == torch.device("cuda")`` is False: a search given ``"cuda"`` for data
+    on ``cuda:0`` once staged its resident reference tiles through the two reused buffers of the
+    host-streaming path, and every tile but the last two read the wrong rows.)
+    """
+    if a.type != b.type:
+        return False
+    if a.type != "cuda" or a.index == b.index:
+        return True
+    if a.index is not None and b.index is not None:
+        return False
+    current = torch.cuda.current_device()
+    return (current if a.index is None else a.index) == (current if b.index is None else b.index)
+
+
 def iter_row_chunks(X: torch.Tensor, chunk_rows: int, device: torch.device) -> Iterator[tuple[int, torch.Tensor]]:
     """Yield ``(start_row, chunk_on_device)`` over the rows of ``X``.
 
@@ -109,7 +126,7 @@ def iter_row_chunks(X: torch.Tensor, chunk_rows: int, device: torch.device) -> I
     """
     n = X.shape[0]
     chunk_rows = max(1, min(chunk_rows, n)) if n else 1
-    if X.device == device or device.type != "cuda":
+    if same_device(X.device, device) or device.type != "cuda":
         for start in range(0, n, chunk_rows):
             yield start, X[start : start + chunk_rows].to(device)
         return

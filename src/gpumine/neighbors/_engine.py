@@ -29,7 +29,7 @@ from .._progress import Progress
 from ..config import get_config, resolve_backend
 from ..core.distance import Metric
 from ..core.select import PAD_INDEX, merge_topk, topk_by_score_then_index, topk_smallest
-from ..core.tiles import TilePlan, fits_on_device, iter_row_chunks, plan_tiles, tile_bytes
+from ..core.tiles import TilePlan, fits_on_device, iter_row_chunks, plan_tiles, same_device, tile_bytes
 from ..core.triton.knn import FUSED_METRICS, MAX_FUSED_CANDIDATES, fused_candidates
 
 __all__ = ["knn_search", "candidate_count", "fused_unsupported", "choose_backend"]
@@ -137,7 +137,7 @@ def _max_scale(scales):
 
 def _fits_resident(ref: torch.Tensor, device: torch.device) -> bool:
     """Whether the references stay on the device (with room for their prepared copies) rather than stream."""
-    return ref.device == device or fits_on_device(3 * ref.numel() * ref.element_size(), device)
+    return same_device(ref.device, device) or fits_on_device(3 * ref.numel() * ref.element_size(), device)
 
 
 class _References:
@@ -381,7 +381,6 @@ def _take_rows(prepared: dict, rows: torch.Tensor) -> dict:
 
 def _candidates(Qp: dict, refs: _References, query_ids: torch.Tensor, c: int, exclude_self: bool, precision: str = "exact"):
     q = Qp["rows"].shape[0]
-    device = Qp["rows"].device
     values = index = None
     for r0, Rp in refs.prepared_tiles():
         S = refs.metric.tile_scores(Qp, Rp, precision)
