@@ -1268,6 +1268,20 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             allnodes = np.concatenate(struct)
             return struct, allnodes, allnodes[T.nchild[allnodes] > 0]
 
+        def subtree_heights(struct):
+            """Height of every node of the subtrees given level by level (leaves 0), indexed by node id."""
+            hn = np.zeros(NN, dtype=np.int64)
+            for lvl in reversed(struct):
+                P = lvl[T.nchild[lvl] > 0]
+                if P.size:
+                    k, f = T.nchild[P], T.first[P]
+                    hh = np.zeros(P.size, dtype=np.int64)
+                    for b in range(int(k.max())):
+                        m = b < k
+                        hh[m] = np.maximum(hh[m], hn[f[m] + b])
+                    hn[P] = hh + 1
+            return hn
+
         def prune_sub(roots, rows, wts, start, reset):
             """Prune the disjoint subtrees at ``roots``, the entries ``rows``/``wts`` starting at nodes ``start``
             (each root's entries in its order); ``reset``: recompute their distributions first (raising)."""
@@ -1315,17 +1329,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             leaves = allnodes[T.nchild[allnodes] == 0]
             et[leaves] = est(T.dist[leaves])
             # heights: children are decided before their parent
-            hn = np.zeros(NN, dtype=np.int64)
-            for lvl in reversed(struct):
-                P = lvl[T.nchild[lvl] > 0]
-                if P.size:
-                    k = T.nchild[P]
-                    f = T.first[P]
-                    hh = np.zeros(P.size, dtype=np.int64)
-                    for b in range(int(k.max())):
-                        m = b < k
-                        hh[m] = np.maximum(hh[m], hn[f[m] + b])
-                    hn[P] = hh + 1
+            hn = subtree_heights(struct)
             hi = hn[inner]
             for H in np.unique(hi):
                 V = inner[hi == H]
@@ -1482,16 +1486,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                     fk[good] = bk[good] / known[good, None]
                     T.frac[g, :k] = fk
             et[leaves] = est(T.dist[leaves])
-            hn = np.zeros(NN, dtype=np.int64)
-            for lvl in reversed(struct):
-                P = lvl[T.nchild[lvl] > 0]
-                if P.size:
-                    k, f = T.nchild[P], T.first[P]
-                    hh = np.zeros(P.size, dtype=np.int64)
-                    for b in range(int(k.max())):
-                        m = b < k
-                        hh[m] = np.maximum(hh[m], hn[f[m] + b])
-                    hn[P] = hh + 1
+            hn = subtree_heights(struct)
             hi_n = hn[inner]
             for H in np.unique(hi_n):
                 V = inner[hi_n == H]
