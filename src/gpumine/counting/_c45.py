@@ -1111,16 +1111,6 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             flag[nd] = True
             return np.flatnonzero(flag)
 
-        def nested_sum(P, vals):
-            """``sum(vals[c] for c in kids(p))`` for every p of P, added in the same order."""
-            k = T.nchild[P]
-            f = T.first[P]
-            acc = np.zeros(P.size)
-            for b in range(int(k.max()) if P.size else 0):
-                m = b < k
-                acc[m] = acc[m] + vals[f[m] + b]
-            return acc
-
         def split(r, nd, w, U, want_bags):
             """Route entries at inner nodes (all of ``U``, sorted unique) one level down.
 
@@ -1198,7 +1188,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             if Ls:
                 val[np.concatenate(Ls)] = est(np.concatenate(Ds))
             for P in reversed(steps):
-                val[P] = nested_sum(P, val)
+                val[P] = _branch_sums(T, P, val)
             return val
 
         def est_branches_known(V, bnode, big, r, w, owner):
@@ -1236,7 +1226,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                 ch = T.children(P)
                 lv.append(ch[T.nchild[ch] > 0])
             for P in reversed(lv[:-1]):
-                val[P] = nested_sum(P, val)
+                val[P] = _branch_sums(T, P, val)
             return val
 
         def entries_of(V, levels):
@@ -1336,7 +1326,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                 big = big_branch(V, per_bag[V])
                 bnode = T.first[V] + big
                 e_leaf = est(T.dist[V])
-                e_tree = nested_sum(V, et)
+                e_tree = _branch_sums(T, V, et)
                 r, wt, owner = entries_of(V, my_levels)
                 if known_only:
                     val = est_branches_known(V, bnode, big, r, wt, owner)
@@ -1498,7 +1488,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                 big = big_branch(V, pb)
                 bnode = f + big
                 e_leaf = est(T.dist[V])
-                e_tree = nested_sum(V, et)
+                e_tree = _branch_sums(T, V, et)
                 loV, hiV = ranges(V)
                 loB, hiB = ranges(bnode)
                 # the node's rows outside its largest branch (before and after its range), routed down that branch
@@ -1536,7 +1526,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                     extra = np.bincount(slotmap[leafid] * C + ycls[seg], minlength=L.size * C).reshape(L.size, C)
                     val[L] = est(T.dist[L] + extra)
                 for P in reversed(inner_lv):
-                    val[P] = nested_sum(P, val)
+                    val[P] = _branch_sums(T, P, val)
                 e_branch = np.where(hiV > loV, val[bnode], 0.0)
                 to_leaf = (e_leaf - (e_tree + 0.1) < _SMALL) & (e_leaf - (e_branch + 0.1) < _SMALL)
                 keep = ~to_leaf & ~(e_branch - (e_tree + 0.1) < _SMALL)
