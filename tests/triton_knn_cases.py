@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from gpumine.core.distance import get_metric
+from gpumine.core.triton.exact_tile import exact_tile_scores, exact_tile_scores_torch, scores_within, scores_within_torch
 from gpumine.core.triton.knn import fused_candidates
 from gpumine.neighbors import kneighbors
 from gpumine.neighbors._engine import knn_search
@@ -88,8 +89,8 @@ def test_float64_or_large_k_is_refused_explicitly_and_falls_back_on_auto():
     X = _data("random", 300, 3, 5)
     with pytest.raises(ValueError, match="float64"):
         kneighbors(X.astype(np.float64), k=3, device=DEVICE, backend="triton")
-    with pytest.raises(ValueError, match="register budget"):
-        kneighbors(X, k=290, metric="manhattan", device=DEVICE, backend="triton")
+    with pytest.raises(ValueError, match="register budget"):  # no exact tiles for cosine
+        kneighbors(X, k=290, metric="cosine", device=DEVICE, backend="triton")
     if DEVICE == "cuda":
         stats = {}
         t = torch.from_numpy(X)
@@ -215,3 +216,66 @@ def test_reference_bias_equals_the_augmented_feature():
     assert (i_bias == i_aug).float().mean() > 0.95  # near-equal scores may swap places
     with pytest.raises(ValueError, match="ref_bias"):
         fused_candidates(Qr, Rr, 8, metric_name="euclidean", prepared=True, ref_bias=Rr[:5, -1])
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "manhattan"])
+@pytest.mark.parametrize("d", [1, 3, 8, 16])
+def test_exact_tiles_equal_the_torch_twin_bit_for_bit(metric, d):
+    Q = torch.from_numpy(_data("random", 37 * SCALE, d, 11) * 3).to(DEVICE)
+    R = torch.from_numpy(_data("duplicates", 203 * SCALE, d, 12)).to(DEVICE)
+    QT, RT = Q.T.contiguous(), R.T.contiguous()
+    for self_offset in (0, 5, -3):
+        fast = exact_tile_scores(QT, RT[:, 2:], metric, exclude_self=True, self_offset=self_offset)  # a strided slice
+        twin = exact_tile_scores_torch(QT, RT[:, 2:], metric, exclude_self=True, self_offset=self_offset)
+        assert torch.equal(fast, twin)
+        assert torch.isinf(fast).sum() == Q.shape[0] - max(0, -self_offset)
+    # the twin is the engine's exact per-pair form
+    assert torch.equal(exact_tile_scores_torch(QT, RT, metric), get_metric(metric).exact_scores(Q, R.unsqueeze(0)))
+
+
+def test_scores_within_a_threshold_equal_the_torch_twin_bit_for_bit():
+    Q = torch.from_numpy(_data("random", 37 * SCALE, 4, 14) * 2).to(DEVICE)
+    R = torch.from_numpy(_data("duplicates", 203 * SCALE, 4, 15)).to(DEVICE)
+    QT, RT = Q.T.contiguous(), R.T.contiguous()
+    threshold = torch.rand(Q.shape[0], generator=torch.Generator().manual_seed(3)).to(DEVICE) * 12
+    threshold[1] = float("nan")  # keeps nothing
+    for metric in ("euclidean", "manhattan"):
+        for cap in (3, 64, R.shape[0]):  # overflowing and roomy slots
+            fast = scores_within(QT, RT, threshold, cap, metric, exclude_self=True, self_offset=2)
+            twin = scores_within_torch(QT, RT, threshold, cap, metric, exclude_self=True, self_offset=2)
+            for a, b in zip(fast, twin):
+                assert torch.equal(a, b)
+            scores, index, count = fast
+            assert count[1] == 0 and ((count > cap).any() or cap == R.shape[0])
+            used = index >= 0
+            assert torch.equal(used.sum(1), count.clamp(max=cap))
+            assert (scores[used] <= threshold[:, None].expand_as(scores)[used]).all()
+
+
+@pytest.mark.parametrize("path", ["threshold", "tiles"])
+@pytest.mark.parametrize("kind", ["random", "integer", "duplicates"])
+@pytest.mark.parametrize("metric", ["sqeuclidean", "manhattan"])
+def test_large_k_selects_from_exact_tiles_with_the_torch_twins_results(path, kind, metric):
+    # k beyond the fused kernel's register budget; the threshold kernel runs when k is small
+    # against the references, else whole exact tiles are scored and selected
+    k = 300 if ON_GPU else 260
+    n = (4000 if ON_GPU else 1100) if path == "threshold" else (1000 if ON_GPU else 500)
+    X = _data(kind, n, 3, 13)
+    t = torch.from_numpy(X).to(DEVICE)
+    # one reference tile, then several merged (the interpreter is slow: on random data only)
+    for budget in (2**30, 2**15) if path == "tiles" and (ON_GPU or kind == "random") else (2**30,):
+        stats = {}
+        got = knn_search(t, t, k, get_metric(metric), exclude_self=True, device=torch.device(DEVICE), budget_bytes=budget,
+                         result_device=torch.device("cpu"), stats=stats, backend="triton")
+        assert stats["selection"] == "exact_tiles"
+        if budget < 2**20:
+            assert stats["ref_rows"] < n
+        twin = knn_search(t, t, k, get_metric(metric), exclude_self=True, device=torch.device(DEVICE), budget_bytes=budget,
+                          result_device=torch.device("cpu"), backend="torch")
+        assert torch.equal(got[1], twin[1]) and torch.equal(got[0], twin[0])
+        if kind == "random":
+            # distinct scores settle a row in the tiles; float32 squares tie now and then
+            assert stats["rows_retried"] < 0.02 * n
+        elif path == "tiles":
+            assert stats["rows_retried"] > 0  # ties in whole tiles go through the candidates
+    assert_knn_matches(got[0].numpy(), got[1].numpy(), X, X, k, metric, exclude_self=True)

@@ -9,8 +9,8 @@ For each block of queries the engine walks the references tile by tile:
 3. **exact re-rank**: the candidates' exact per-pair scores are recomputed
    (independent of tiling) and sorted by (score, index);
 4. **certificate**: a row is final when the best excluded tile score, less its
-   error bound, exceeds the k-th candidate's tile score plus its bound — then no
-   excluded reference can be among the true k nearest. Rows that fail (many
+   error bound, exceeds the k-th exact score — then no excluded reference can be
+   among the true k nearest. Rows that fail (many
    exact ties or duplicates at the boundary) are redone by an exact scan that
    uses the per-pair form for every reference.
 
@@ -30,6 +30,7 @@ from ..config import get_config, resolve_backend
 from ..core.distance import Metric
 from ..core.select import PAD_INDEX, merge_topk, topk_by_score_then_index, topk_smallest
 from ..core.tiles import TilePlan, fits_on_device, iter_row_chunks, plan_tiles, same_device, tile_bytes
+from ..core.triton.exact_tile import EXACT_TILE_MAX_FEATURES, EXACT_TILE_METRICS, exact_tile_scores, scores_within
 from ..core.triton.knn import FUSED_METRICS, MAX_FUSED_CANDIDATES, fused_candidates
 
 __all__ = ["knn_search", "candidate_count", "fused_unsupported", "choose_backend"]
@@ -153,6 +154,7 @@ class _References:
         self.data = ref.to(device) if self.resident else ref
         self._prepared = None
         self._by_feature = None
+        self._sample = None
         self.scale = None
         if self.resident:
             self._prepared = [
@@ -176,19 +178,51 @@ class _References:
     def raw_tiles(self):
         yield from iter_row_chunks(self.data, self.rows_per_tile, self.device)
 
+    def threshold_sample(self, size: int) -> torch.Tensor:
+        """A fixed random sample of ``size`` resident references, feature-major (d, size)."""
+        if self._sample is None or self._sample.shape[1] != min(size, self.data.shape[0]):
+            n = self.data.shape[0]
+            pick = torch.randperm(n, generator=torch.Generator().manual_seed(0))[: min(size, n)].sort().values
+            self._sample = self._feature_major()[:, pick.to(self.device)].contiguous()
+        return self._sample
+
+    def _feature_major(self) -> torch.Tensor:
+        if self._by_feature is None:
+            self._by_feature = self.data.T.contiguous()
+        return self._by_feature
+
+    def feature_major_tiles(self):
+        """Yield ``(start, tile)`` with each tile feature-major, (d, rows), rows contiguous."""
+        if self.resident:
+            by_feature = self._feature_major()
+            for start in range(0, by_feature.shape[1], self.rows_per_tile):
+                yield start, by_feature[:, start : start + self.rows_per_tile]
+            return
+        for start, chunk in self.raw_tiles():
+            yield start, chunk.T.contiguous()
+
     def gather(self, index: torch.Tensor) -> torch.Tensor:
         """Rows at ``index`` (any shape), on the device."""
         flat = index.clamp(min=0).reshape(-1)
         if self.resident:
-            # one 1-D gather per feature from a feature-major copy: the row gather
-            # (index_select) took 12.6 ms for 21M rows of 8 floats on an H200, 57 % of a
-            # k = 2048 search
-            if self._by_feature is None:
-                self._by_feature = self.data.T.contiguous()
-            rows = torch.stack([column.index_select(0, flat) for column in self._by_feature], dim=1)
+            rows = self.data.index_select(0, flat)
         else:
             rows = self.host.index_select(0, flat.cpu()).to(self.device)
         return rows.reshape(*index.shape, self.data.shape[1])
+
+    def exact_scores(self, Q: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """``metric.exact_scores`` of query ``Q[i]`` against references ``index[i, j]`` (padding: any value).
+
+        Resident references of few features are gathered one feature at a time from
+        a feature-major copy and never assembled into rows: on an H200 (2026-11-21)
+        the row gather (``index_select``) took 12.6 ms and stacking gathered
+        features 8.5 ms per 21M candidates of 8 floats, most of a k = 2048 search.
+        """
+        if not (self.resident and self.metric.sums_by_feature(Q.shape[1])):
+            return self.metric.exact_scores(Q, self.gather(index))
+        by_feature = self._feature_major()
+        flat = index.clamp(min=0).reshape(-1)
+        return self.metric.exact_scores_by_feature(Q.contiguous(), lambda f: by_feature[f].index_select(0, flat).view(index.shape))
 
 
 def _mask_self(scores: torch.Tensor, query_ids: torch.Tensor, r0: int) -> None:
@@ -298,13 +332,17 @@ def knn_search(
     c = candidate_count(k, n_ref, precision)
     # the kernel scores low-dimensional L2 by direct differences too
     fused_precision = "exact" if _scores_directly(metric, d) else precision
-    if backend == "auto":
+    # above the fused kernel's register budget, Triton selects from exact score tiles
+    tile_select = backend in ("auto", "triton") and exact_tiles_apply(metric, dtype, k, n_ref, d)
+    if tile_select:
+        backend = "triton"
+    elif backend == "auto":
         backend = "triton" if auto_prefers_fused(metric, dtype, k, n_query, n_ref, d, fused_precision) else "torch"
-    if backend == "triton":
+    elif backend == "triton":
         reason = fused_unsupported(metric, dtype, k, n_ref, fused_precision)
         if reason:
             raise ValueError(f"backend='triton' cannot run this search: {reason}; use backend='torch' or 'auto'")
-    fused = backend == "triton"
+    fused = backend == "triton" and not tile_select
     direct = fused and _scores_directly(metric, d)
     if fused:
         precision = fused_precision
@@ -323,16 +361,22 @@ def knn_search(
         for q0, Q in iter_row_chunks(query, plan.query_rows, device):
             Qp = metric.prepare(Q, refs.centre, "query")
             ids = torch.arange(q0, q0 + Q.shape[0], device=device)
-            if fused:
-                cand_scores, cand_index = _candidates_fused(Q, Qp, refs, q0, c, exclude_self, precision)
+            if tile_select:
+                scores, index, failed = _exact_tile_topk(Q, refs, k, q0, exclude_self)
+                # rows with tied scores in their first k + 1 are retried from the usual number
+                # of candidates (the loop below multiplies by 8)
+                c_retry = max(1, c // 8)
             else:
-                cand_scores, cand_index = _candidates(Qp, refs, ids, c, exclude_self, precision)
-            scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, ids, exclude_self, plan,
-                                               direct=direct, precision=precision)
-            failed = (~certified).nonzero().squeeze(1)
+                if fused:
+                    cand_scores, cand_index = _candidates_fused(Q, Qp, refs, q0, c, exclude_self, precision)
+                else:
+                    cand_scores, cand_index = _candidates(Qp, refs, ids, c, exclude_self, precision)
+                scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, ids, exclude_self,
+                                                   plan, direct=direct, precision=precision)
+                failed = (~certified).nonzero().squeeze(1)
+                c_retry = c
             # rows the certificate could not settle (exact ties or duplicates around the
             # k-th place): retry with 8x the candidates, then scan exactly as a last resort
-            c_retry = c
             if failed.numel() and retry_refs is None:
                 retry_refs = refs if retry_plan.ref_rows == plan.ref_rows else _References(ref, metric, retry_plan.ref_rows, device)
             while failed.numel() and c_retry < min(n_ref, _MAX_RETRY_CANDIDATES):
@@ -361,7 +405,8 @@ def knn_search(
             bar.update()
     if stats is not None:
         stats.update(rows_exact_scan=n_fallback, rows_retried=n_retried, query_rows=plan.query_rows, ref_rows=plan.ref_rows,
-                     candidates=c, references_resident=refs.resident, backend=backend, precision=precision)
+                     candidates=c, references_resident=refs.resident, backend=backend, precision=precision,
+                     selection="exact_tiles" if tile_select else ("fused" if fused else "tiles"))
     if as_distance:
         # distances are formed before unscaling: a tiny distance survives where its square would not
         out_scores = metric.to_distance(out_scores)
@@ -373,6 +418,89 @@ def knn_search(
 
 
 _MAX_RETRY_CANDIDATES = 16384
+
+
+# references sampled to set each query's threshold in _within_threshold_topk
+_THRESHOLD_SAMPLE = 4096
+
+
+def _within_threshold_topk(QT: torch.Tensor, refs: _References, k: int, q0: int, exclude_self: bool):
+    """:func:`_exact_tile_topk` with no score tile in memory, for resident references.
+
+    Each query's threshold is a score that somewhat more than k + 1 references
+    beat, estimated from a fixed random sample of references (its ``j``-th
+    smallest sample score, ``j`` four standard deviations above the expected
+    count of the k + 1 best in the sample); the kernel then keeps every
+    reference at or under the threshold (slots for four deviations more) and
+    only those are sorted. Everything left out scores above every kept
+    score, so the kept references' order by (score, index) is final, ties
+    included; a query that kept fewer than k or overflowed its slots is
+    answered by the caller. The sample only sets the speed: what is kept is
+    decided by exact scores.
+    """
+    by_feature = refs._feature_major()
+    n_ref = by_feature.shape[1]
+    metric = refs.metric.name
+    S = exact_tile_scores(QT, refs.threshold_sample(_THRESHOLD_SAMPLE), metric)
+    n_sample = S.shape[1]
+    expected = (k + 1) / n_ref * n_sample
+    j = min(n_sample, math.ceil(expected + 4.0 * math.sqrt(expected)) + 1)
+    threshold = torch.topk(S, j, dim=1, largest=False, sorted=False).values.amax(1)
+    del S
+    # about j n_ref / n_sample references are kept, with a spread of about sqrt(j) n_ref / n_sample
+    cap = min(n_ref, math.ceil((j + 4.0 * math.sqrt(j) + 1) * n_ref / n_sample))
+    scores, index, count = scores_within(QT, by_feature, threshold, cap, metric, exclude_self=exclude_self, self_offset=q0)
+    width = max(int(count.clamp(max=cap).amax()), k)  # the one host wait: sort only the used slots
+    # slots are filled in column order, so a stable sort by score is the order by (score, index)
+    values, order = torch.sort(scores[:, :width], dim=1, stable=True)
+    values = values[:, :k]
+    index = index.gather(1, order[:, :k]).to(torch.int64)
+    # everything left out scores above the threshold, so above every kept score: no tie to settle
+    failed = ((count < k) | (count > cap)).nonzero().squeeze(1)
+    return values.contiguous(), index, failed
+
+
+def exact_tiles_apply(metric: Metric, dtype: torch.dtype, k: int, n_ref: int, d: int) -> bool:
+    """Whether a Triton search selects from exact score tiles (:func:`_exact_tile_topk`).
+
+    For k beyond the fused kernel's register budget, at few features (where the
+    exact form is as cheap as a tile product), float32, and at least k + 2
+    references (k + 1 left after excluding a query itself).
+    """
+    return (metric.name in EXACT_TILE_METRICS and dtype == torch.float32 and 0 < d <= EXACT_TILE_MAX_FEATURES
+            and k >= EXACT_TILES_MIN_K and n_ref >= k + 2 and fused_unsupported(metric, dtype, k, n_ref) is not None)
+
+
+EXACT_TILES_MIN_K = 256
+
+
+def _exact_tile_topk(Q: torch.Tensor, refs: _References, k: int, q0: int, exclude_self: bool):
+    """Top-k from exact score tiles: ``(scores, index, tied_rows)``.
+
+    Tile scores are the exact per-pair scores, so each tile's k + 1 smallest
+    (``torch.topk``, sorted) are final values; only the order among equal
+    scores is open. A row whose k + 1 best scores are all distinct has one
+    answer, ties at the k-th place included (the (k+1)-th is strictly worse);
+    the other rows (``tied_rows``) must be settled under the tie rule by the
+    caller. Across tiles the per-tile lists are merged the same way: a
+    reference a tile left out is at least that tile's (k+1)-th score, which
+    either leaves it out of the final k + 1 or shows up as a tie.
+    """
+    QT = Q.T.contiguous()
+    if refs.resident and 2 * (k + 1) <= refs.data.shape[0] // 2:
+        return _within_threshold_topk(QT, refs, k, q0, exclude_self)
+    values = index = None
+    for r0, RT in refs.feature_major_tiles():
+        S = exact_tile_scores(QT, RT, refs.metric.name, exclude_self=exclude_self, self_offset=q0 - r0)
+        v, i = torch.topk(S, min(k + 1, S.shape[1]), dim=1, largest=False, sorted=True)
+        del S
+        i += r0
+        if values is not None:
+            v, pos = torch.topk(torch.cat([values, v], dim=1), k + 1, dim=1, largest=False, sorted=True)
+            i = torch.cat([index, i], dim=1).gather(1, pos)
+        values, index = v, i
+    tied = ((values[:, 1:] == values[:, :-1]).any(1) | torch.isnan(values).any(1)).nonzero().squeeze(1)
+    return values[:, :k].contiguous(), index[:, :k].contiguous(), tied
 
 
 def _take_rows(prepared: dict, rows: torch.Tensor) -> dict:
@@ -448,17 +576,6 @@ def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids
     kernel's low-dimensional L2), whose error bound is relative to the score.
     """
     q, d = Q.shape
-    kth = torch.topk(cand_scores, k, dim=1, largest=False, sorted=False).values.amax(1)
-    cth = cand_scores.amax(1)
-    if direct:
-        low, high = metric.relative_bounds(d, kth, cth)
-    else:
-        low, high = metric.bounds(Qp, refs.scale, d, Q.device, kth, cth, precision)
-    # an infinite or NaN largest candidate can only come from overflow (padding means every
-    # reference is a candidate, handled below), so it must not certify a row
-    certified = cth - low > kth + high
-    if c >= n_ref:
-        certified = torch.ones_like(certified)
     # exact per-pair scores of the candidates, in query sub-blocks that fit the budget
     itemsize = Q.element_size()
     sub = max(1, min(q, plan.budget_bytes // max(1, 3 * c * (d + 4) * itemsize)))
@@ -466,7 +583,7 @@ def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids
     index = torch.empty((q, k), dtype=torch.int64, device=Q.device)
     for s in range(0, q, sub):
         ci = cand_index[s : s + sub]
-        exact = metric.exact_scores(Q[s : s + sub], refs.gather(ci))
+        exact = refs.exact_scores(Q[s : s + sub], ci)
         invalid = ci < 0
         if exclude_self:
             own = query_ids[s : s + sub, None]
@@ -474,6 +591,20 @@ def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids
         exact = torch.where(invalid, torch.full_like(exact, float("inf")), exact)
         v, i = topk_by_score_then_index(exact, torch.where(invalid, torch.full_like(ci, PAD_INDEX), ci), k)
         scores[s : s + sub], index[s : s + sub] = v, i
+    # Every reference left out has a tile score >= cth, so an exact score >= cth + offset - low;
+    # when that is above the exact k-th score, nothing left out can be among the k nearest,
+    # ties included (in float64, so the test itself does not round). An infinite or NaN largest
+    # candidate can only come from overflow (padding means every reference is a candidate,
+    # handled below), so it must not certify a row.
+    cth = cand_scores.amax(1)
+    if direct:  # direct sums are exact scores up to rounding: no offset
+        low, offset, offset_error = metric.relative_bounds(d, cth, cth)[0], 0.0, 0.0
+    else:
+        low = metric.bounds(Qp, refs.scale, d, Q.device, cth, cth, precision)[0]
+        offset, offset_error = (t.double() for t in metric.tile_offset(Qp, d))
+    certified = cth.double() + offset - low.double() - offset_error > scores[:, k - 1].double()
+    if c >= n_ref:
+        certified = torch.ones_like(certified)
     return scores, index, certified
 
 
