@@ -1056,9 +1056,10 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         Without sample weights and with no value missing in a tested attribute
         (every row on one path, whole counts) nothing is routed level by level: the
         rows are kept sorted by the pre-order number of their leaf, so a node's rows
-        are one range found by binary search, only the rows outside a node's largest
-        branch are routed (down that branch), and a raised subtree is counted and
-        decided again only where rows arrived.
+        are one range read off a table of counts, only the rows outside a node's
+        largest branch are routed (down that branch), their estimates summed again
+        only on the paths they reach, and a raised subtree is counted and decided
+        again only where rows arrived.
         """
         import sys
 
@@ -1356,10 +1357,10 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         # --- whole counts, one path per row (no sample weights, no missing value in a tested attribute) ---
         # Every node's rows are then the rows under it and its distribution is their class count, so nothing
         # needs routing but the rows a largest branch does not hold. The rows are kept sorted by the pre-order
-        # number of their leaf: the rows of a node are one range of that order (found by binary search on the
-        # numbers of its subtree), a node's largest branch is a sub-range, and the rest of the node's range
-        # are the rows routed down that branch. Raising re-sorts the raised node's range. All counts are whole
-        # numbers, so sums in any order are those of the recursion bit for bit.
+        # number of their leaf: the rows of a node are one range of that order (read off a table of row counts
+        # by pre-order number), a node's largest branch is a sub-range, and the rest of the node's range are the
+        # rows routed down that branch. Raising re-sorts the raised node's range (and recounts its part of the
+        # table). All counts are whole numbers, so sums in any order are those of the recursion bit for bit.
         val = np.zeros(NN)
 
         def preorder():
@@ -1409,7 +1410,19 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             return leaf
 
         def ranges(X):
-            return np.searchsorted(key, pre[X]), np.searchsorted(key, end[X])
+            return below[pre[X]], below[end[X]]
+
+        def recount_below(R, lo, hi):
+            """Recount ``below`` within the pre-order numbers of the raised subtrees ``R`` (disjoint, in row order),
+            whose rows ``lo .. hi - 1`` have new keys; at the two ends of each subtree's numbers it is unchanged."""
+            size = end[R] - pre[R]
+            rows = hi - lo
+            first_slot = np.cumsum(size) - size
+            slot = key[segments(lo, rows)] - np.repeat(pre[R] - first_slot, rows)
+            counted = np.cumsum(np.bincount(slot, minlength=int(size.sum())))
+            inside = size - 1
+            below[segments(pre[R] + 1, inside)] = (np.repeat(lo - (np.cumsum(rows) - rows), inside)
+                                                   + counted[segments(first_slot, inside)])
 
         any_nominal, any_numeric = bool(nominal.any()), bool((~nominal).any())
 
@@ -1425,6 +1438,10 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             """The positions ``lo[i] .. lo[i] + ln[i] - 1``, one range after the other."""
             return np.repeat(lo - np.cumsum(ln) + ln, ln) + np.arange(int(ln.sum()))
 
+        def row_sums(D):
+            """``D.sum(1)``, several times faster for short rows (whole numbers: exact in any order)."""
+            return np.einsum("ij->i", D)
+
         def branch_sums(P, vals):
             """Per node of ``P``, the rows ``vals[child]`` of its children added up (whole numbers: exact)."""
             k, f = T.nchild[P], T.first[P]
@@ -1435,6 +1452,14 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             return acc
 
         touched = np.zeros(NN, dtype=bool)
+        is_big, on_path = np.zeros(NN, dtype=bool), np.zeros(NN, dtype=bool)
+
+        def distinct(nd):
+            """The distinct node ids of ``nd`` in no particular order, in time linear in ``nd`` (not in the tree
+            size): of the positions scattered to one id, exactly one is read back."""
+            pos = np.arange(nd.size)
+            slotmap[nd] = pos
+            return nd[slotmap[nd] == pos]
 
         def prune_whole(roots, reset, landed=None):
             """:func:`prune_sub` for whole counts and one path per row (see above).
@@ -1444,50 +1469,56 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             its rows, distribution and (final) decision, which pruning it again would repeat bit for bit, so only
             the changed nodes are counted and decided again.
             """
-            struct, allnodes, inner = subtree_levels(roots)
-            leaves = allnodes[T.nchild[allnodes] == 0]
             if reset:
-                X = unique(landed) if landed.size else landed
+                # the changed nodes: the leaves where rows landed and their ancestors up to the roots
                 touched[roots] = True
+                chain = [roots]
+                X = distinct(landed)
                 while X.size:
                     X = X[~touched[X]]
                     touched[X] = True
-                    X = unique(T.parent[X]) if X.size else X
-                leaves, inner = leaves[touched[leaves]], inner[touched[inner]]
-                # Weka's resetDistribution: a leaf counts the rows of its range, an inner node its children's;
-                # branch fractions from the children's weights (even where there are none)
+                    chain.append(X)
+                    X = distinct(T.parent[X])
+                nodes = np.concatenate(chain)
+                touched[nodes] = False
+                has_kids = T.nchild[nodes] > 0
+                leaves, inner = nodes[~has_kids], nodes[has_kids]
+                # Weka's resetDistribution: a leaf counts the rows of its range, an inner node its children's
+                # (children first: ascending heights); branch fractions from the children's weights (even where
+                # there are none)
                 lo, hi = ranges(leaves)
                 ln = hi - lo
                 T.dist[leaves] = np.bincount(np.repeat(np.arange(leaves.size), ln) * C + ycls[segments(lo, ln)],
                                              minlength=leaves.size * C).reshape(leaves.size, C)
-                for lvl in reversed(struct):
-                    P = lvl[(T.nchild[lvl] > 0) & touched[lvl]]
-                    if P.size:
-                        T.dist[P] = branch_sums(P, T.dist)
-                touched[allnodes] = False
+                h_in = heights[inner]
+                for h in np.unique(h_in):
+                    P = inner[h_in == h]
+                    T.dist[P] = branch_sums(P, T.dist)
                 T.frac[inner] = 0.0
                 kin = T.nchild[inner]
                 for k in np.unique(kin):
                     g = inner[kin == k]
-                    bk = np.stack([T.dist[T.first[g] + b].sum(1) for b in range(k)], 1)
+                    bk = np.stack([row_sums(T.dist[T.first[g] + b]) for b in range(k)], 1)
                     known = _pairwise_rows(bk)
                     good = np.abs(known) >= _SMALL
                     fk = np.full(bk.shape, 1.0 / k)
                     fk[good] = bk[good] / known[good, None]
                     T.frac[g, :k] = fk
-            et[leaves] = est(T.dist[leaves])
-            hn = subtree_heights(struct)
-            hi_n = hn[inner]
+            else:
+                _, allnodes, inner = subtree_levels(roots)
+                leaves = allnodes[T.nchild[allnodes] == 0]
+            et[leaves] = est_whole(T.dist[leaves])
+            hi_n = heights[inner]
             for H in np.unique(hi_n):
                 V = inner[hi_n == H]
                 k, f = T.nchild[V], T.first[V]
                 pb = np.zeros((V.size, maxk))
                 for b in range(int(k.max())):
                     m = b < k
-                    pb[m, b] = T.dist[f[m] + b].sum(1)
+                    pb[m, b] = row_sums(T.dist[f[m] + b])
                 big = big_branch(V, pb)
                 bnode = f + big
-                e_leaf = est(T.dist[V])
+                e_leaf = est_whole(T.dist[V])
                 e_tree = _branch_sums(T, V, et)
                 loV, hiV = ranges(V)
                 loB, hiB = ranges(bnode)
@@ -1497,7 +1528,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                 leafid = np.empty(seg.size, dtype=np.int64)
                 q, nd = np.arange(seg.size), bnode[owner]
                 # the routed rows' codes in one gather (a row's codes are adjacent): the steps then read them in order
-                oc = np.take(cod, order[seg], axis=0).reshape(-1)
+                oc = row_codes[seg].reshape(-1)
                 while q.size:
                     lf = T.nchild[nd] == 0
                     if lf.any():
@@ -1509,24 +1540,35 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                     a = T.attr[nd]
                     c = oc[q * d + a]
                     nd = T.first[nd] + branch(a, c, nd)
-                # estimates of the largest branches' subtrees holding all of the node's rows: the finished estimates
-                # where no routed row arrives, the leaves' with the routed rows added, sums in branch order above
-                lv, inner_lv = [bnode], []
-                while True:
-                    P = lv[-1][T.nchild[lv[-1]] > 0]
-                    if not P.size:
-                        break
-                    inner_lv.append(P)
-                    lv.append(T.children(P))
-                nodes = np.concatenate(lv)
-                val[nodes] = et[nodes]
+                # estimates of the largest branches' subtrees holding all of the node's rows: the finished estimate
+                # of every subtree no routed row reaches (a kept node's is the sum of its branches', as summed here),
+                # the reached leaves' with the routed rows added, and the sums in branch order on the paths from
+                # them up to the largest branch, children before parents (ascending heights)
+                val[bnode] = et[bnode]
                 if seg.size:
-                    L = unique(leafid)
+                    L = distinct(leafid)
                     slotmap[L] = np.arange(L.size)
                     extra = np.bincount(slotmap[leafid] * C + ycls[seg], minlength=L.size * C).reshape(L.size, C)
-                    val[L] = est(T.dist[L] + extra)
-                for P in reversed(inner_lv):
-                    val[P] = _branch_sums(T, P, val)
+                    is_big[bnode] = True  # the walk up stops there
+                    X, up = L, []
+                    while True:
+                        X = X[~is_big[X]]
+                        if not X.size:
+                            break
+                        X = distinct(T.parent[X])
+                        X = X[~on_path[X]]
+                        on_path[X] = True
+                        up.append(X)
+                    is_big[bnode] = False
+                    inner_up = np.concatenate(up) if up else bnode[:0]
+                    on_path[inner_up] = False
+                    kids = T.children(inner_up)
+                    val[kids] = et[kids]
+                    val[L] = est_whole(T.dist[L] + extra)
+                    h_up = heights[inner_up]
+                    for h in np.unique(h_up):
+                        P = inner_up[h_up == h]
+                        val[P] = _branch_sums(T, P, val)
                 e_branch = np.where(hiV > loV, val[bnode], 0.0)
                 to_leaf = (e_leaf - (e_tree + 0.1) < _SMALL) & (e_leaf - (e_branch + 0.1) < _SMALL)
                 keep = ~to_leaf & ~(e_branch - (e_tree + 0.1) < _SMALL)
@@ -1544,7 +1586,8 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                     rs = rs[np.argsort(loV[rs])]
                     span = segments(loV[rs], hiV[rs] - loV[rs])
                     o = span[np.argsort(key[span], kind="stable")]
-                    order[span], key[span], ycls[span] = order[o], key[o], ycls[o]
+                    row_codes[span], key[span], ycls[span] = row_codes[o], key[o], ycls[o]
+                    recount_below(V[rs], loV[rs], hiV[rs])
                     R, B = V[rs], bnode[rs]
                     T.attr[R], T.thr[R], T.thrc[R] = T.attr[B], T.thr[B], T.thrc[B]
                     thrl[R] = thrl[B]
@@ -1557,10 +1600,20 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         try:
             if known_only and w is None:
                 pre, end, levels0 = preorder()
+                # heights (leaves 0): children are decided before their parents; pruning only removes edges and
+                # raising gives a node children lower than its old ones, so a parent stays above its children
+                heights = subtree_heights(levels0)
                 key = pre[row_leaves(levels0)]
                 order = np.argsort(key, kind="stable")
                 key = key[order]
                 ycls = yh[order]
+                # the rows' codes in that order, in the narrowest type (the routing reads them by range)
+                row_codes = cod.astype(np.min_scalar_type(int(n_known.max())))[order]
+                # below[p]: the number of rows whose leaf has a pre-order number under p (a node's rows are the
+                # range below[pre[x]] .. below[end[x]] - 1)
+                below = np.zeros(NN + 1, dtype=np.int64)
+                np.cumsum(np.bincount(key, minlength=NN), out=below[1:])
+                est_whole = _WholeEstimates(cf, n)
                 prune_whole(np.array([0]), False)
             else:
                 prune_sub(np.array([0]), np.arange(n), w0, np.zeros(n, dtype=np.int64), False)
@@ -1877,10 +1930,7 @@ def _add_errors_exact(N, e, cf):
         res[hi] = np.where(0.0 > d, 0.0, d)
         lo = ~hi
         if lo.any():
-            N, e = N[lo], e[lo]
-            f = (e + 0.5) / N
-            r = (f + (z * z) / (2 * N) + z * np.sqrt((f / N) - (f * f / N) + (z * z / (4 * N * N)))) / (1 + (z * z) / N)
-            res[lo] = (r * N) - e
+            res[lo] = _normal_upper(N[lo], e[lo], z)
         return res
 
     N = np.asarray(N, dtype=np.float64)
@@ -1900,6 +1950,53 @@ def _add_errors_exact(N, e, cf):
             res[nz] = base[nz] + es[nz] * (upper(Ns[nz], np.ones(int(nz.sum()))) - base[nz])
         out[small] = res
     return out
+
+
+def _normal_upper(N, e, z):
+    """Weka's ``addErrs`` for ``1 <= e < N - 0.5``: the normal approximation of the upper confidence bound."""
+    f = (e + 0.5) / N
+    r = (f + (z * z) / (2 * N) + z * np.sqrt((f / N) - (f * f / N) + (z * z / (4 * N * N)))) / (1 + (z * z) / N)
+    return (r * N) - e
+
+
+class _WholeEstimates:
+    """J48's estimated errors of whole-count class distributions (rows of ``D``), bit for bit those of
+    ``e + _add_errors_exact(N, e, cf)`` (0 where ``N`` is 0), with little work per call.
+
+    Pruning estimates thousands of batches, most of them small, where a call's fixed cost is what counts.
+    With whole counts a row sums exactly in any order (a plain ``sum``), the only error-free term,
+    ``math.pow(cf, 1 / N)``, depends on the whole ``N`` alone and is kept in a table filled as new ``N``
+    appear (no ``np.unique`` per call), and every case is evaluated for all rows and then selected.
+    """
+
+    def __init__(self, cf, n):
+        if cf > 0.5:
+            raise ValueError(f"confidence must be at most 0.5; got {cf}")
+        self.cf = cf
+        z = _Z_CACHE.get(cf)
+        if z is None:
+            z = _Z_CACHE[cf] = float(norm.ppf(1 - cf))
+        self.z = z
+        self.pow_of = np.full(int(n) + 1, np.nan)  # math.pow(cf, 1 / N) by whole N, NaN until needed
+
+    def __call__(self, D):
+        # NumPy reduces the short rows of D several times slower than the long rows of its transpose
+        by_class = np.ascontiguousarray(D.T)
+        N = by_class.sum(0)
+        e = N - by_class.max(0)
+        has = N >= 1
+        Ni = N.astype(np.int64)
+        p = self.pow_of[Ni]
+        new = np.isnan(p) & has
+        if new.any():
+            xs = np.unique(Ni[new])
+            self.pow_of[xs] = [math.pow(self.cf, 1 / x) for x in xs.astype(np.float64).tolist()]
+            p = self.pow_of[Ni]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            d = N - e
+            upper = np.where(e + 0.5 >= N, np.where(0.0 > d, 0.0, d), _normal_upper(N, e, self.z))
+            out = e + np.where(e < 1, N * (1 - p), upper)
+        return np.where(has, out, 0.0)
 
 
 def _jnum(x):
