@@ -33,6 +33,24 @@ EXACT_TILE_MAX_FEATURES = 16  # as distance.SEQUENTIAL_MAX_FEATURES: the exact f
 
 if triton is not None:
 
+    @triton.jit
+    def _exact_block(QT, RT, rows, cols, row_ok, col_ok, self_offset, stride_q_feat, stride_r_feat,
+                     D: tl.constexpr, MANHATTAN: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        # the per-feature terms added left to right, one rounding each (the kernels run with contraction off)
+        total = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        for f in tl.static_range(D):
+            q = tl.load(QT + f * stride_q_feat + rows, mask=row_ok, other=0.0)
+            r = tl.load(RT + f * stride_r_feat + cols, mask=col_ok, other=0.0)
+            diff = q[:, None] - r[None, :]
+            if MANHATTAN:
+                total = total + tl.abs(diff)
+            else:
+                total = total + diff * diff
+        if EXCLUDE_SELF:
+            total = tl.where(cols[None, :] == rows[:, None] + self_offset, float("inf"), total)
+        return total
+
     @triton.jit(do_not_specialize=["n_query", "n_ref", "self_offset"])
     def _exact_tile_kernel(
         QT, RT, OUT,
@@ -45,17 +63,8 @@ if triton is not None:
         cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         row_ok = rows < n_query
         col_ok = cols < n_ref
-        total = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-        for f in tl.static_range(D):
-            q = tl.load(QT + f * stride_q_feat + rows, mask=row_ok, other=0.0)
-            r = tl.load(RT + f * stride_r_feat + cols, mask=col_ok, other=0.0)
-            diff = q[:, None] - r[None, :]
-            if MANHATTAN:
-                total = total + tl.abs(diff)
-            else:
-                total = total + diff * diff
-        if EXCLUDE_SELF:
-            total = tl.where(cols[None, :] == rows[:, None] + self_offset, float("inf"), total)
+        total = _exact_block(QT, RT, rows, cols, row_ok, col_ok, self_offset, stride_q_feat, stride_r_feat,
+                             D, MANHATTAN, EXCLUDE_SELF, BLOCK_M, BLOCK_N)
         tl.store(OUT + rows[:, None] * stride_out + cols[None, :], total, mask=row_ok[:, None] & col_ok[None, :])
 
     @triton.jit(do_not_specialize=["n_query", "n_ref", "cap", "self_offset"])
@@ -74,17 +83,8 @@ if triton is not None:
         for start in range(0, n_ref, BLOCK_N):
             cols = start + lanes
             col_ok = cols < n_ref
-            total = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-            for f in tl.static_range(D):
-                q = tl.load(QT + f * stride_q_feat + rows, mask=row_ok, other=0.0)
-                r = tl.load(RT + f * stride_r_feat + cols, mask=col_ok, other=0.0)
-                diff = q[:, None] - r[None, :]
-                if MANHATTAN:
-                    total = total + tl.abs(diff)
-                else:
-                    total = total + diff * diff
-            if EXCLUDE_SELF:
-                total = tl.where(cols[None, :] == rows[:, None] + self_offset, float("inf"), total)
+            total = _exact_block(QT, RT, rows, cols, row_ok, col_ok, self_offset, stride_q_feat, stride_r_feat,
+                                 D, MANHATTAN, EXCLUDE_SELF, BLOCK_M, BLOCK_N)
             keep = (total <= tau[:, None]) & col_ok[None, :]
             kept = keep.to(tl.int32)
             # each row's kept scores go to its next free slots, in column order
