@@ -363,9 +363,7 @@ def knn_search(
             ids = torch.arange(q0, q0 + Q.shape[0], device=device)
             if tile_select:
                 scores, index, failed = _exact_tile_topk(Q, refs, k, q0, exclude_self)
-                # rows with tied scores in their first k + 1 are retried from the usual number
-                # of candidates (the loop below multiplies by 8)
-                c_retry = max(1, c // 8)
+                c_tried = 0  # no candidate list yet: rows with tied scores start from the usual c
             else:
                 if fused:
                     cand_scores, cand_index = _candidates_fused(Q, Qp, refs, q0, c, exclude_self, precision)
@@ -374,13 +372,16 @@ def knn_search(
                 scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, ids, exclude_self,
                                                    plan, direct=direct, precision=precision)
                 failed = (~certified).nonzero().squeeze(1)
-                c_retry = c
+                c_tried = c
             # rows the certificate could not settle (exact ties or duplicates around the
             # k-th place): retry with 8x the candidates, then scan exactly as a last resort
             if failed.numel() and retry_refs is None:
                 retry_refs = refs if retry_plan.ref_rows == plan.ref_rows else _References(ref, metric, retry_plan.ref_rows, device)
-            while failed.numel() and c_retry < min(n_ref, _MAX_RETRY_CANDIDATES):
-                c_retry = min(n_ref, 8 * c_retry, _MAX_RETRY_CANDIDATES)
+            while failed.numel():
+                c_retry = min(n_ref, 8 * c_tried if c_tried else c, _MAX_RETRY_CANDIDATES)
+                if c_retry <= c_tried:  # no wider list left to try
+                    break
+                c_tried = c_retry
                 n_retried += failed.numel()
                 # more candidates per row: fewer rows at a time, so the tile stays in budget
                 step = max(1, plan.budget_bytes // tile_bytes(1, retry_plan.ref_rows, d, c_retry, Q.element_size()))
