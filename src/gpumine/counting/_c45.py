@@ -99,9 +99,7 @@ def add_errors(N: float, e: float, cf: float) -> float:
         return base + e * (add_errors(N, 1, cf) - base)
     if e + 0.5 >= N:
         return max(N - e, 0.0)
-    z = _Z_CACHE.get(cf)
-    if z is None:
-        z = _Z_CACHE[cf] = float(norm.ppf(1 - cf))
+    z = _z_of(cf)
     f = (e + 0.5) / N
     r = (f + (z * z) / (2 * N) + z * math.sqrt((f / N) - (f * f / N) + (z * z / (4 * N * N)))) / (1 + (z * z) / N)
     return (r * N) - e
@@ -1869,9 +1867,7 @@ def _branch_sums(T, P, vals):
 
 def _add_errors_vec(N, e, cf):
     """Vectorised :func:`add_errors`."""
-    z = _Z_CACHE.get(cf)
-    if z is None:
-        z = _Z_CACHE[cf] = float(norm.ppf(1 - cf))
+    z = _z_of(cf)
 
     def normal(N, e):
         f = (e + 0.5) / N
@@ -1917,11 +1913,7 @@ def _pairwise(A, lo, n):
 
 def _add_errors_exact(N, e, cf):
     """:func:`add_errors` over arrays with the same operations in the same order (``math.pow``), bit for bit."""
-    if cf > 0.5:
-        raise ValueError(f"confidence must be at most 0.5; got {cf}")
-    z = _Z_CACHE.get(cf)
-    if z is None:
-        z = _Z_CACHE[cf] = float(norm.ppf(1 - cf))
+    z = _z_of(cf)
 
     def upper(N, e):  # e >= 1
         res = np.empty(N.shape)
@@ -1952,6 +1944,16 @@ def _add_errors_exact(N, e, cf):
     return out
 
 
+def _z_of(cf):
+    """The normal quantile of confidence ``cf`` (at most 0.5), computed once per value."""
+    if cf > 0.5:
+        raise ValueError(f"confidence must be at most 0.5; got {cf}")
+    z = _Z_CACHE.get(cf)
+    if z is None:
+        z = _Z_CACHE[cf] = float(norm.ppf(1 - cf))
+    return z
+
+
 def _normal_upper(N, e, z):
     """Weka's ``addErrs`` for ``1 <= e < N - 0.5``: the normal approximation of the upper confidence bound."""
     f = (e + 0.5) / N
@@ -1970,13 +1972,8 @@ class _WholeEstimates:
     """
 
     def __init__(self, cf, n):
-        if cf > 0.5:
-            raise ValueError(f"confidence must be at most 0.5; got {cf}")
         self.cf = cf
-        z = _Z_CACHE.get(cf)
-        if z is None:
-            z = _Z_CACHE[cf] = float(norm.ppf(1 - cf))
-        self.z = z
+        self.z = _z_of(cf)
         self.pow_of = np.full(int(n) + 1, np.nan)  # math.pow(cf, 1 / N) by whole N, NaN until needed
 
     def __call__(self, D):
