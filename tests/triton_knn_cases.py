@@ -11,7 +11,7 @@ import torch
 
 from gpumine.core.distance import get_metric
 from gpumine.core.triton.exact_tile import exact_tile_scores, exact_tile_scores_torch, scores_within, scores_within_torch
-from gpumine.core.triton.knn import fused_candidates
+from gpumine.core.triton.knn import SPLIT_MAX_WIDTH, fused_candidates, split_tf32x3
 from gpumine.neighbors import kneighbors
 from gpumine.neighbors._engine import knn_search
 from knn_oracle import assert_knn_matches, brute_force_knn
@@ -279,3 +279,82 @@ def test_large_k_selects_from_exact_tiles_with_the_torch_twins_results(path, kin
         elif path == "tiles":
             assert stats["rows_retried"] > 0  # ties in whole tiles go through the candidates
     assert_knn_matches(got[0].numpy(), got[1].numpy(), X, X, k, metric, exclude_self=True)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_split_operands_reproduce_the_product_within_the_tf32x3_error(with_bias):
+    # [q_hi, q_hi, q_lo] . [r_hi, r_lo, r_hi] (+ 1.b_hi + 1.b_lo): only q_lo.r_lo and the
+    # rounding of the low halves are lost, each at most 2^-22 |q||r|
+    rng = np.random.default_rng(21)
+    Q = torch.from_numpy(rng.standard_normal((40, 8)).astype(np.float32) * 3)
+    R = torch.from_numpy(rng.standard_normal((50, 8)).astype(np.float32))
+    bias = (R * R).sum(1) if with_bias else None
+    Q3, R3 = split_tf32x3(Q, R, bias, SPLIT_MAX_WIDTH)
+    assert Q3.shape == (40, SPLIT_MAX_WIDTH) and R3.shape == (50, SPLIT_MAX_WIDTH)
+    for M in (Q3, R3):  # every part is a TF32 value: the tensor cores read it without rounding
+        assert not (M.view(torch.int32) & 0x1FFF).any()
+    got = Q3.double() @ R3.double().T
+    exact = Q.double() @ R.double().T + (bias.double()[None, :] if with_bias else 0)
+    scale = Q.double().norm(dim=1)[:, None] * R.double().norm(dim=1)[None, :] + (bias.double()[None, :] if with_bias else 0)
+    assert ((got - exact).abs() <= 3 * 2.0**-22 * scale).all()
+
+
+@pytest.mark.parametrize("d", [4, 8, 10])
+def test_split_form_with_a_bias_selects_the_augmented_rows_candidates(d):
+    # d <= 10: L2 rows run as one TF32 product of split operands (3 d + 2 <= 32 columns)
+    X = torch.from_numpy(_data("random", 90 * SCALE, d, 23)).to(DEVICE)
+    Q = torch.from_numpy(_data("random", 30 * SCALE, d, 24)).to(DEVICE)
+    m = get_metric("euclidean")
+    centre = m.centre(X)
+    Qr, Rr = m.prepare(Q, centre, "query")["rows"], m.prepare(X, centre, "ref")["rows"]
+    scores = Qr.double() @ Rr.double().T
+    v, i = fused_candidates(Qr[:, :-1], Rr[:, :-1], 8, metric_name="euclidean", prepared=True, ref_bias=Rr[:, -1], **BLOCKS)
+    torch.testing.assert_close(v.double(), torch.sort(scores, dim=1).values[:, :8], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(scores.gather(1, i), v.double(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("offsets", [(0, 0), (5, 3), (40, 0), (0, 70)])
+def test_self_exclusion_with_offsets_masks_only_the_own_pair(offsets):
+    # the kernel masks only tiles that cross the block's own rows: every offset must still
+    # drop exactly pair (i, i + self_offset - ref_offset)
+    self_offset, ref_offset = offsets
+    X = torch.from_numpy(_data("integer", 120 * SCALE, 3, 25)).to(DEVICE)
+    Q = X[self_offset - ref_offset :] if self_offset >= ref_offset else X
+    m = get_metric("euclidean")
+    centre = m.centre(X)
+    for prepared in (False, True):
+        Qk = m.prepare(Q, centre, "query")["rows"] if prepared else Q
+        Rk = m.prepare(X, centre, "ref")["rows"] if prepared else X
+        v, i = fused_candidates(Qk, Rk, 8, metric_name="euclidean", prepared=prepared, exclude_self=True,
+                                self_offset=self_offset, ref_offset=ref_offset, **BLOCKS)
+        scores = (Qk.double() @ Rk.double().T) if prepared else m.exact_scores(Q, X.unsqueeze(0)).double()
+        own = torch.arange(Q.shape[0], device=DEVICE) + self_offset - ref_offset
+        inside = (own >= 0) & (own < X.shape[0])
+        scores[inside.nonzero().squeeze(1), own[inside]] = float("inf")
+        assert not (i == (own + ref_offset)[:, None]).any()
+        torch.testing.assert_close(v.double(), torch.sort(scores, dim=1).values[:, :8], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("prepared", [False, True])
+def test_rotated_visits_keep_the_c_best_and_skip_each_rows_own_column(prepared):
+    # anchors start each block's scan anywhere and wrap around; self_cols name each row's own
+    # reference in any order: the kept scores are still the C smallest of the others
+    X = torch.from_numpy(_data("random", 150 * SCALE, 5, 27)).to(DEVICE)
+    n = X.shape[0]
+    perm = torch.from_numpy(np.random.default_rng(28).permutation(n)).to(DEVICE)
+    Q = X[perm]
+    m = get_metric("euclidean")
+    centre = m.centre(X)
+    Qk = m.prepare(Q, centre, "query")["rows"] if prepared else Q
+    Rk = m.prepare(X, centre, "ref")["rows"] if prepared else X
+    anchors = torch.from_numpy(np.random.default_rng(29).integers(0, n, n)).to(DEVICE)
+    for splits in (1, 2):
+        v, i = fused_candidates(Qk, Rk, 8, metric_name="euclidean", prepared=prepared, self_cols=perm, anchors=anchors,
+                                splits=splits, **BLOCKS)
+        scores = (Qk.double() @ Rk.double().T) if prepared else m.exact_scores(Q, X.unsqueeze(0)).double()
+        scores[torch.arange(n, device=DEVICE), perm] = float("inf")
+        assert not (i == perm[:, None]).any()
+        torch.testing.assert_close(v.double(), torch.sort(scores, dim=1).values[:, :8], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(scores.gather(1, i), v.double(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="anchors"):
+        fused_candidates(Qk, Rk, 8, metric_name="euclidean", prepared=prepared, anchors=anchors[:3])

@@ -46,7 +46,9 @@ def candidate_count(k: int, n_ref: int, precision: str = "exact") -> int:
     return min(n_ref, k + margin)
 
 
-_FUSED_QUERY_ROWS = 1 << 18
+# queries per fused launch: 1M x 32,768 x 8 ran as four launches of 2^18 with ~100 small
+# torch ops each around them (re-rank, certificate), ~16 ms of a 35 ms search on an H200
+_FUSED_QUERY_ROWS = 1 << 20
 
 
 # candidates per query of the fused kernel, as a multiple of k + 1, by search precision
@@ -83,7 +85,7 @@ def fused_unsupported(metric: Metric, dtype: torch.dtype, k: int, n_ref: int, pr
 # Where backend="auto" takes the fused kernel, by measurement on an H200 (BENCHMARKS.md,
 # 2026-11-21): all-kNN of 262,144 uniform points at k = 7, fused vs torch engine, 86 vs 306 ms
 # at d = 8, 109 vs 329 (d = 16), 113 vs 353 (24), 174 vs 377 (32), 186 vs 434 (48), and at
-# d = 64 366 vs 637 ms once |y|^2 became a bias (_BIAS_MIN_FEATURES; 854-966 ms before, 65
+# d = 64 366 vs 637 ms once |y|^2 became a bias (knn.BIAS_MIN_FEATURES; 854-966 ms before, 65
 # prepared features in several tl.dot steps); 1M x 10 at k = 20: 1.37 vs 4.63 s. Above 64
 # features several steps return, unmeasured. Small searches are launch- and compile-bound.
 AUTO_FUSED_METRICS = ("euclidean", "sqeuclidean", "cosine", "inner_product")
@@ -155,6 +157,7 @@ class _References:
         self._prepared = None
         self._by_feature = None
         self._sample = None
+        self._curve = None
         self.scale = None
         if self.resident:
             self._prepared = [
@@ -177,6 +180,12 @@ class _References:
 
     def raw_tiles(self):
         yield from iter_row_chunks(self.data, self.rows_per_tile, self.device)
+
+    def curve_order(self) -> "_CurveOrder":
+        """The resident references' space-filling-curve order (computed once)."""
+        if self._curve is None:
+            self._curve = _CurveOrder(self.data)
+        return self._curve
 
     def threshold_sample(self, size: int) -> torch.Tensor:
         """A fixed random sample of ``size`` resident references, feature-major (d, size)."""
@@ -534,29 +543,86 @@ def _candidates_fused(Q, Qp, refs: _References, q0: int, c: int, exclude_self: b
     Manhattan, and L2 at up to ``DIRECT_L2_MAX_FEATURES`` features, are scored
     from raw rows by direct differences; L2, cosine and inner product otherwise
     from the prepared rows (one dot product per pair, on data centred by the
-    engine, as the torch path's tiles).
+    engine, as the torch path's tiles). Resident L2/L1 references are visited in
+    space-filling-curve order from each query block's neighbourhood on
+    (:class:`_CurveOrder`).
     """
     direct = _scores_directly(refs.metric, Q.shape[1])
-    # L2's prepared rows end in the constant 1 (query) and |y|^2 (reference). From 64 features on
-    # the kernel adds |y|^2 as a per-reference bias instead, so the dot covers d features, not
-    # d + 1: on an H200 (2026-11-21) all-kNN of 262,144 x 64 took 366 ms against 966 ms with
-    # 65 features in 16-wide steps; below 64 the bias measured 17-31 ms slower (d = 8-32)
-    split_bias = not direct and refs.metric.name in ("euclidean", "sqeuclidean") and Q.shape[1] >= _BIAS_MIN_FEATURES
+    # L2's prepared rows end in the constant 1 (query) and |y|^2 (reference): the kernel takes
+    # |y|^2 as a per-reference bias and decides its form (``fused_candidates``' ref_bias)
+    split_bias = not direct and refs.metric.name in ("euclidean", "sqeuclidean")
     queries = Q if direct else (Qp["rows"][:, :-1] if split_bias else Qp["rows"])
-    tiles = refs.raw_tiles() if direct else ((r0, R["rows"]) for r0, R in refs.prepared_tiles())
+    tiles = list(refs.raw_tiles() if direct else ((r0, R["rows"]) for r0, R in refs.prepared_tiles()))
+    kernel_precision = _KERNEL_PRECISION[precision]
+    if len(tiles) == 1 and refs.resident and refs.metric.name in _CURVE_METRICS:
+        order = refs.curve_order()
+        R = tiles[0][1][order.perm]
+        bias = None
+        if split_bias:
+            R, bias = R[:, :-1], R[:, -1].contiguous()
+        q_perm, anchors = order.place(Q)
+        self_cols = order.inverse[q_perm + q0] if exclude_self else None
+        v, i = fused_candidates(queries[q_perm], R, c, metric_name=refs.metric.name, prepared=not direct,
+                                precision=kernel_precision, ref_bias=bias, self_cols=self_cols, anchors=anchors)
+        values, index = torch.empty_like(v), torch.empty_like(i)
+        values[q_perm] = v
+        index[q_perm] = torch.where(i >= 0, order.perm[i.clamp(min=0)], i)
+        return values, index
     values = index = None
     for r0, R in tiles:
         bias = None
         if split_bias:
             R, bias = R[:, :-1], R[:, -1]
         v, i = fused_candidates(queries, R, c, metric_name=refs.metric.name, prepared=not direct, ref_offset=r0,
-                                exclude_self=exclude_self, self_offset=q0, precision=_KERNEL_PRECISION[precision],
-                                ref_bias=bias)
+                                exclude_self=exclude_self, self_offset=q0, precision=kernel_precision, ref_bias=bias)
         values, index = (v, i) if values is None else _keep_best(values, index, v, i, c)
     return values, index
 
 
-_BIAS_MIN_FEATURES = 64
+# metrics whose neighbours are near in the raw coordinates, so a curve order of the raw rows helps
+_CURVE_METRICS = ("euclidean", "sqeuclidean", "manhattan")
+
+
+class _CurveOrder:
+    """References sorted along a Morton (Z-order) curve, and where queries fall on it.
+
+    The fused kernel keeps each query's best candidates while it streams the
+    references; when the first tiles it sees hold the query's neighbours, its
+    threshold is tight from the start and later tiles rarely enter the
+    insertion loop. Simulated for 65,536 uniform 8-d points (64 x 64 tiles,
+    C = 8): insertion-loop passes per tile 0.66 in index order, 0.15 in curve
+    order from each block's own place. Codes interleave ``bits`` bits of the
+    ``dims`` features of widest range, quantised over the references' range.
+    """
+
+    def __init__(self, data: torch.Tensor):
+        lo, hi = data.amin(0), data.amax(0)
+        self.dims = torch.argsort(hi - lo, descending=True)[: min(data.shape[1], _CURVE_MAX_DIMS)]
+        self.bits = max(1, min(10, 62 // len(self.dims)))
+        self.lo, self.span = lo[self.dims], (hi - lo)[self.dims].clamp(min=torch.finfo(data.dtype).tiny)
+        codes = self.codes(data)
+        self.sorted_codes, self.perm = torch.sort(codes, stable=True)
+        self.inverse = torch.empty_like(self.perm)
+        self.inverse[self.perm] = torch.arange(len(self.perm), device=self.perm.device)
+
+    def codes(self, X: torch.Tensor) -> torch.Tensor:
+        levels = 1 << self.bits
+        q = ((X[:, self.dims] - self.lo) / self.span * levels).floor().clamp(0, levels - 1).long()
+        # bit b of feature j goes to position b * dims + (dims - 1 - j): highest bits first
+        shifts = torch.arange(self.bits, device=X.device)
+        planes = (q[:, :, None] >> shifts) & 1  # (n, dims, bits)
+        dims = len(self.dims)
+        position = shifts[None, :] * dims + (dims - 1 - torch.arange(dims, device=X.device))[:, None]
+        return (planes << position).sum((1, 2))
+
+    def place(self, Q: torch.Tensor):
+        """Queries in curve order (``perm``), and each one's position among the references."""
+        codes = self.codes(Q)
+        sorted_codes, q_perm = torch.sort(codes, stable=True)
+        return q_perm, torch.searchsorted(self.sorted_codes, sorted_codes)
+
+
+_CURVE_MAX_DIMS = 16
 
 
 def _scores_directly(metric: Metric, d: int) -> bool:

@@ -13,7 +13,14 @@ threshold is that minimum extracted (arg-min), inserted in place of the row's
 worst entry, removed from the tile, and the next minimum tried — so a tile
 costs one reduction unless it really improves some row. Because references are
 visited in increasing column order and equal scores never displace an earlier
-entry, the kept set is exactly the ``C`` smallest by (score, column).
+entry, the kept set is exactly the ``C`` smallest by (score, column). With
+``anchors`` each block starts at its own neighbourhood's tile and wraps around
+(the engine orders rows along a space-filling curve): far fewer insertions, and
+the kept set is the ``C`` smallest by (score, visit order).
+
+Prepared rows' products run in tf32x3 accuracy; up to ``SPLIT_MAX_WIDTH``
+columns as one TF32 product of operands split on the host
+(:func:`split_tf32x3`), else as Triton's three in-kernel products.
 
 Small query sets are split over references as well (``splits`` programs per
 query block, each keeping its own ``C`` best) and merged afterwards, so the
@@ -46,6 +53,14 @@ MAX_FUSED_CANDIDATES = 256  # per-query lists live in registers; larger k runs o
 # operands split into high and low halves): float32-class accuracy, within the
 # engine's error bound 4 (d + 4) u |x| |y|, at several times the FP32-core rate
 DOT_PRECISION = "tf32x3"
+# tf32x3 as ONE tf32 product of pre-split operands [q_hi, q_hi, q_lo] . [r_hi, r_lo, r_hi] when
+# the three copies (and a bias's two halves) fit this width: on an H200 (2026-11-21) all-kNN of
+# 262,144 x 8 took 42 ms against 61 ms with Triton's three in-kernel products of 16-wide rows
+SPLIT_MAX_WIDTH = 32
+# From this many features a reference bias (L2's |y|^2) starts the accumulator rather than
+# riding as one more feature; below it (and outside the split form) it is appended as a
+# feature, as measured faster in the fourth session (bias after the dot: +17 to +100 ms)
+BIAS_MIN_FEATURES = 64
 
 _SCORE_L2, _SCORE_L1, _SCORE_DOT = 0, 1, 2
 
@@ -65,25 +80,41 @@ if triton is not None:
         return bits.to(tl.float32, bitcast=True)
 
     @triton.jit
+    def _load_query_block(Q, rows, row_ok, feats, f_ok, stride_row, stride_feat):
+        return tl.load(Q + rows[:, None] * stride_row + feats[None, :] * stride_feat,
+                       mask=row_ok[:, None] & f_ok[None, :], other=0.0)
+
+    @triton.jit
+    def _load_ref_block(R, cols, col_ok, feats, f_ok, stride_row, stride_feat):
+        # (features x columns): the right operand of tl.dot
+        return tl.load(R + cols[None, :] * stride_row + feats[:, None] * stride_feat,
+                       mask=col_ok[None, :] & f_ok[:, None], other=0.0)
+
+    @triton.jit
+    def _dot(q, r, acc, PRECISION: tl.constexpr):
+        # one return: Triton generates code after a returning constexpr branch too
+        if PRECISION == "bf16":
+            out = tl.dot(q.to(tl.bfloat16), r.to(tl.bfloat16), acc)
+        else:
+            out = tl.dot(q, r, acc, input_precision=PRECISION)
+        return out
+
+    @triton.jit
     def _tile_scores(Q, R, BIAS, rows, cols, row_ok, col_ok, stride_q_row, stride_q_feat, stride_r_row, stride_r_feat,
                      D: tl.constexpr, SCORE: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+        # the loop form: several feature steps, or direct differences feature by feature
         acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        if HAS_BIAS:  # as the accumulator's start, so the bias costs no pass over the tile
+            acc += tl.load(BIAS + cols, mask=col_ok, other=0.0)[None, :]
         if SCORE == 2:
             feats = tl.arange(0, BLOCK_K)
             for k0 in range(0, D, BLOCK_K):
                 f = k0 + feats
                 f_ok = f < D
-                q = tl.load(Q + rows[:, None] * stride_q_row + f[None, :] * stride_q_feat,
-                            mask=row_ok[:, None] & f_ok[None, :], other=0.0)
-                r = tl.load(R + cols[None, :] * stride_r_row + f[:, None] * stride_r_feat,
-                            mask=col_ok[None, :] & f_ok[:, None], other=0.0)
-                if PRECISION == "bf16":
-                    acc += tl.dot(q.to(tl.bfloat16), r.to(tl.bfloat16))
-                else:
-                    acc += tl.dot(q, r, input_precision=PRECISION)
-            if HAS_BIAS:
-                acc += tl.load(BIAS + cols, mask=col_ok, other=0.0)[None, :]
+                q = _load_query_block(Q, rows, row_ok, f, f_ok, stride_q_row, stride_q_feat)
+                r = _load_ref_block(R, cols, col_ok, f, f_ok, stride_r_row, stride_r_feat)
+                acc = _dot(q, r, acc, PRECISION)
         else:
             for j in tl.static_range(D):
                 qj = tl.load(Q + rows * stride_q_row + j * stride_q_feat, mask=row_ok, other=0.0)
@@ -98,14 +129,14 @@ if triton is not None:
     # sizes and offsets are not specialised on (divisibility by 16 is Triton's default): every
     # query count would otherwise pick one of two compiled variants, and a first call of the
     # other (1-2 s of compilation) landed inside a benchmark's timed slice
-    @triton.jit(do_not_specialize=["n_query", "n_ref", "refs_per_split", "ref_offset", "self_offset"])
+    @triton.jit(do_not_specialize=["n_query", "n_ref", "refs_per_split", "ref_offset"])
     def _fused_candidates_kernel(
-        Q, R, BIAS, OUT_SCORE, OUT_INDEX,
-        n_query, n_ref, refs_per_split, ref_offset, self_offset,
+        Q, R, BIAS, SELF, FIRST_TILE, OUT_SCORE, OUT_INDEX,
+        n_query, n_ref, refs_per_split, ref_offset,
         stride_q_row, stride_q_feat, stride_r_row, stride_r_feat, stride_out,
         D: tl.constexpr, SCORE: tl.constexpr, HAS_BIAS: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
-        C: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        PRECISION: tl.constexpr,
+        ROTATE: tl.constexpr, C: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
     ):
         pid_m = tl.program_id(0)
         split = tl.program_id(1)
@@ -119,22 +150,67 @@ if triton is not None:
         worst = tl.full((BLOCK_M,), float("inf"), tl.float32)
         first = split * refs_per_split
         last = tl.minimum(first + refs_per_split, n_ref)
-        for start in range(first, last, BLOCK_N):
+        n_tiles = tl.cdiv(last - first, BLOCK_N)
+        # Tiles are visited from the block's own neighbourhood on (FIRST_TILE, when the
+        # caller ordered rows along a space-filling curve), wrapping around: thresholds
+        # tighten after a few tiles and later tiles rarely enter the selection loop.
+        # The kept set is then the C best by (score, visit order); every reference left
+        # out still scores at least the C-th kept one, all the engine relies on.
+        tile0 = 0
+        if ROTATE:
+            tile0 = tl.minimum(tl.maximum(tl.load(FIRST_TILE + pid_m) - first // BLOCK_N, 0), n_tiles - 1)
+        if EXCLUDE_SELF:
+            # each row's own reference (a column of R, -1: none); masking is needed only on
+            # tiles inside the block's [lowest, highest] own column, and on the last tile
+            self_col = tl.load(SELF + rows, mask=row_ok, other=-1)
+            self_lo = tl.min(tl.where(self_col >= 0, self_col, 1 << 30), 0)
+            self_hi = tl.max(self_col, 0)
+        # One feature step: the query block is loaded once and the next reference tile is
+        # requested before this tile's selection, so its latency hides behind that work
+        # (on an H200, all-kNN 262,144 x 8: 77 -> 61 ms with the edge-only masking below)
+        ONE_STEP: tl.constexpr = SCORE == 2 and D <= BLOCK_K
+        feats = tl.arange(0, BLOCK_K)
+        f_ok = feats < D
+        if ONE_STEP:
+            q_block = _load_query_block(Q, rows, row_ok, feats, f_ok, stride_q_row, stride_q_feat)
+            ahead = first + tile0 * BLOCK_N + lanes
+            r_next = _load_ref_block(R, ahead, ahead < last, feats, f_ok, stride_r_row, stride_r_feat)
+        for t in range(0, n_tiles):
+            tile = tile0 + t
+            tile = tl.where(tile >= n_tiles, tile - n_tiles, tile)
+            start = first + tile * BLOCK_N
             cols = start + lanes
             col_ok = cols < last
-            acc = _tile_scores(Q, R, BIAS, rows, cols, row_ok, col_ok, stride_q_row, stride_q_feat, stride_r_row,
-                               stride_r_feat, D, SCORE, HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
-            valid = col_ok[None, :] & row_ok[:, None]
+            if ONE_STEP:
+                acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+                if HAS_BIAS:
+                    acc += tl.load(BIAS + cols, mask=col_ok, other=0.0)[None, :]
+                acc = _dot(q_block, r_next, acc, PRECISION)
+                following = tile + 1
+                following = tl.where(following >= n_tiles, following - n_tiles, following)
+                ahead = first + following * BLOCK_N + lanes
+                r_next = _load_ref_block(R, ahead, ahead < last, feats, f_ok, stride_r_row, stride_r_feat)
+            else:
+                acc = _tile_scores(Q, R, BIAS, rows, cols, row_ok, col_ok, stride_q_row, stride_q_feat, stride_r_row,
+                                   stride_r_feat, D, SCORE, HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+            # masking elsewhere was a quarter of the kernel's time; rows past n_query score
+            # zero-padded queries and are never stored
+            needs_mask = start + BLOCK_N > last
             if EXCLUDE_SELF:
-                valid = valid & ((cols[None, :] + ref_offset) != (rows[:, None] + self_offset))
-            acc = tl.where(valid, acc, float("inf"))
+                needs_mask = needs_mask | ((start <= self_hi) & (self_lo < start + BLOCK_N))
+            if needs_mask:
+                valid = col_ok[None, :]
+                if EXCLUDE_SELF:
+                    valid = valid & (cols[None, :] != self_col[:, None])
+                acc = tl.where(valid, acc, float("inf"))
             # the common case: no row's tile minimum beats its threshold, one reduction
             improves = tl.max((tl.min(acc, 1) < worst).to(tl.int32), 0)
             while improves > 0:
                 low, low_lane = tl.min(acc, 1, return_indices=True)  # ties: the lower column
                 enters = low < worst
                 # the entry to replace: the worst score, and among equal worst scores the
-                # highest column (every earlier column is lower than this tile's)
+                # highest column (in index order every earlier column is lower than this
+                # tile's; rotated, any equal one will do)
                 evict = tl.argmax(tl.where(best == worst[:, None], best_col, -(1 << 30)), 1)
                 put = (slots[None, :] == evict[:, None]) & enters[:, None]
                 best = tl.where(put, low[:, None], best)
@@ -167,7 +243,8 @@ def _score_kind(metric_name: str, prepared: bool, d: int) -> int:
 def default_blocks(d: int, C: int, score: int) -> tuple[int, int, int]:
     """(block_m, block_n, num_warps) for a shape class: measured on an H200 (BENCHMARKS.md).
 
-    Dot scoring: 64 x 64 with 4 warps was fastest of eight shapes for all-kNN of
+    Dot scoring at 64 features (2026-11-21, seventh session, C = 8): 64 x 128 took
+    130 ms, 128 x 64 136 ms, 64 x 64 161 ms, 64 x 32 182 ms. Dot scoring: 64 x 64 with 4 warps was fastest of eight shapes for all-kNN of
     262,144 x 8 at C = 8 (76 ms; 32 x 32: 171 ms, 64 x 128 x 8 warps: 182 ms), and
     ran k = 20 (C = 32) at 1M x 10 in 1.37 s. At C = 64 (k = 50, 286,048 x 10) 32 x 64
     took 248 ms on uniform data and 64 x 64 227 ms on ADBench cover: not compared on
@@ -175,6 +252,8 @@ def default_blocks(d: int, C: int, score: int) -> tuple[int, int, int]:
     64 x 64 took 0.43 s and 128 x 128 3.8 s, likely register spills).
     """
     if score == _SCORE_DOT:
+        if d >= BIAS_MIN_FEATURES and C <= 32:
+            return (64, 128, 4)
         return (64, 64, 4) if C <= 32 else (32, 64, 4)
     return (32, 32, 4) if C <= 64 else (16, 32, 4)
 
@@ -191,6 +270,40 @@ def default_block_k(d: int) -> int:
     if d > 64:
         return 16
     return max(16, 1 << (d - 1).bit_length())
+
+
+def _tf32_round(x: torch.Tensor) -> torch.Tensor:
+    """Round float32 to TF32 (10 fraction bits), to nearest with ties away, as ``cvt.rna.tf32``."""
+    bits = x.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & -0x2000).view(torch.float32)
+
+
+def _split_width(d: int, has_bias: bool) -> int:
+    return 3 * d + (2 if has_bias else 0)
+
+
+def split_tf32x3(Q: torch.Tensor, R: torch.Tensor, ref_bias: torch.Tensor | None, width: int):
+    """Operands whose plain TF32 product equals tf32x3's three products, in ``width`` columns.
+
+    ``q . r`` becomes ``q_hi.r_hi + q_hi.r_lo + q_lo.r_hi`` (TF32 halves, products exact in
+    float32), and a reference bias ``b`` two more columns ``1.b_hi + 1.b_lo``. Error: the
+    dropped ``q_lo.r_lo`` and the rounding of the low halves, each at most 2^-22 |q||r|, as
+    Triton's own tf32x3; zero columns pad to ``width``.
+    """
+    def halves(M):
+        hi = _tf32_round(M)
+        return hi, _tf32_round(M - hi)
+
+    q_hi, q_lo = halves(Q)
+    r_hi, r_lo = halves(R)
+    q_parts, r_parts = [q_hi, q_hi, q_lo], [r_hi, r_lo, r_hi]
+    if ref_bias is not None:
+        b_hi, b_lo = halves(ref_bias[:, None])
+        q_parts.append(Q.new_ones((Q.shape[0], 2)))
+        r_parts += [b_hi, b_lo]
+    Q3, R3 = torch.cat(q_parts, 1), torch.cat(r_parts, 1)
+    pad = width - Q3.shape[1]
+    return torch.nn.functional.pad(Q3, (0, pad)), torch.nn.functional.pad(R3, (0, pad))
 
 
 def fused_candidates(
@@ -210,6 +323,8 @@ def fused_candidates(
     precision: str | None = None,
     block_k: int | None = None,
     ref_bias: torch.Tensor | None = None,
+    self_cols: torch.Tensor | None = None,
+    anchors: torch.Tensor | None = None,
 ):
     """Best ``C >= c`` candidates of every query among the rows of ``R``, in one launch.
 
@@ -228,10 +343,22 @@ def fused_candidates(
         Added to every score of a reference (dot scoring only): the engine's
         L2 rows ``[x, 1] . [-2y, |y|^2]`` pass ``|y|^2`` here instead of as a
         last feature, so 64 features fit one 64-wide ``tl.dot`` step, not 65
-        in five 16-wide ones.
+        in five 16-wide ones, and the split form (:func:`split_tf32x3`) needs
+        two columns for it, not three.
     exclude_self : bool
         Skip the pair (query ``i``, reference ``j``) when
-        ``i + self_offset == j + ref_offset``.
+        ``i + self_offset == j + ref_offset``, or, with ``self_cols``, when
+        ``j == self_cols[i]`` (``-1``: no reference to skip).
+    self_cols : int tensor (n_query,), optional
+        Each query's own row of ``R`` (implies ``exclude_self``), for callers
+        that reorder queries and references (see ``anchors``).
+    anchors : int tensor (n_query,), optional
+        A row of ``R`` near which each query's neighbours lie, for queries and
+        references ordered along a space-filling curve: each block of queries
+        starts at its anchor's tile and wraps around, so its thresholds tighten
+        early. The candidates then are the ``C`` best by (score, visit order):
+        every reference left out still scores at least the ``C``-th kept one,
+        but among equal scores at that place the lower index is not guaranteed.
     block_m, block_n, num_warps, splits, block_k : int, optional
         Launch shape; by default from :func:`default_blocks`, and ``splits``
         so that small query sets still give every SM work.
@@ -264,7 +391,16 @@ def fused_candidates(
     score = _score_kind(metric_name, prepared, d)
     if ref_bias is not None and (score != _SCORE_DOT or ref_bias.shape != (n_ref,) or ref_bias.dtype != torch.float32):
         raise ValueError("ref_bias must be a float32 vector with one entry per reference, for dot-product scoring")
+    precision = precision or DOT_PRECISION
     bm, bn, warps = default_blocks(d, C, score)
+    if score == _SCORE_DOT:
+        if precision == "tf32x3" and _split_width(d, ref_bias is not None) <= SPLIT_MAX_WIDTH and block_k is None:
+            Q, R = split_tf32x3(Q, R, ref_bias, SPLIT_MAX_WIDTH)
+            ref_bias, precision, d, block_k = None, "tf32", SPLIT_MAX_WIDTH, SPLIT_MAX_WIDTH
+        elif ref_bias is not None and d < BIAS_MIN_FEATURES:
+            Q = torch.cat([Q, Q.new_ones((n_query, 1))], 1)
+            R = torch.cat([R, ref_bias[:, None]], 1)
+            ref_bias, d = None, d + 1
     block_m, block_n, num_warps = block_m or bm, block_n or bn, num_warps or warps
     if score == _SCORE_DOT:
         block_m, block_n = max(block_m, 16), max(block_n, 16)  # tl.dot's smallest tile
@@ -279,6 +415,19 @@ def fused_candidates(
         R = RT.clone() if RT.data_ptr() == R.data_ptr() else RT
         q_strides, r_strides = (1, Q.stride(0)), (1, R.stride(0))
     q_blocks = triton.cdiv(max(n_query, 1), block_m)
+    exclude_self = exclude_self or self_cols is not None
+    if self_cols is None and exclude_self:
+        self_cols = torch.arange(n_query, device=Q.device) + (self_offset - ref_offset)
+    if self_cols is not None:
+        if self_cols.shape != (n_query,):
+            raise ValueError(f"self_cols must hold one reference row per query ({n_query}); got shape {tuple(self_cols.shape)}")
+        self_cols = torch.where((self_cols >= 0) & (self_cols < n_ref), self_cols, -1).to(torch.int32)
+    first_tiles = None
+    if anchors is not None:
+        if anchors.shape != (n_query,):
+            raise ValueError(f"anchors must hold one reference row per query ({n_query}); got shape {tuple(anchors.shape)}")
+        middle = torch.clamp(torch.arange(q_blocks, device=Q.device) * block_m + block_m // 2, max=max(n_query - 1, 0))
+        first_tiles = (anchors[middle].clamp(0, max(n_ref - 1, 0)) // block_n).to(torch.int32)
     if splits is None:
         sms = torch.cuda.get_device_properties(Q.device).multi_processor_count if Q.is_cuda else 1
         # about four programs per SM, never a split shorter than a few tiles
@@ -290,11 +439,12 @@ def fused_candidates(
     if n_query == 0:
         return scores[:, :C], index[:, :C]
     _fused_candidates_kernel[(q_blocks, splits)](
-        Q, R, R if ref_bias is None else ref_bias.contiguous(), scores, index,
-        n_query, n_ref, refs_per_split, ref_offset, self_offset,
+        Q, R, R if ref_bias is None else ref_bias.contiguous(), self_cols if exclude_self else index,
+        index if first_tiles is None else first_tiles, scores, index,
+        n_query, n_ref, refs_per_split, ref_offset,
         *q_strides, *r_strides, scores.stride(0),
-        D=d, SCORE=score, HAS_BIAS=ref_bias is not None, EXCLUDE_SELF=exclude_self,
-        C=C, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k or default_block_k(d), PRECISION=precision or DOT_PRECISION, num_warps=num_warps,
+        D=d, SCORE=score, HAS_BIAS=ref_bias is not None, EXCLUDE_SELF=exclude_self, ROTATE=first_tiles is not None,
+        C=C, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k or default_block_k(d), PRECISION=precision, num_warps=num_warps,
     )
     if splits > 1:
         scores, index = topk_by_score_then_index(scores, index, C)
