@@ -1,5 +1,7 @@
 """The command line end to end: knn, info, demo; exit codes and atomic outputs."""
 
+import argparse
+import importlib
 import json
 import subprocess
 import sys
@@ -8,7 +10,7 @@ import numpy as np
 import pytest
 from sklearn.neighbors import KNeighborsClassifier as SkKNN
 
-from gpumine.cli import main
+from gpumine.cli import _BUILTIN_COMMANDS, _COMMAND_MODULES, build_parser, main
 
 
 @pytest.fixture
@@ -110,3 +112,24 @@ def test_demo_classifies_the_shipped_sample(capsys):
     gpumine_line = next(line for line in out.splitlines() if line.startswith("gpumine cpu"))
     sklearn_line = next(line for line in out.splitlines() if line.startswith("scikit-learn"))
     assert gpumine_line.split()[2] == sklearn_line.split()[2]  # same accuracy as scikit-learn
+
+
+def test_command_table_matches_what_each_module_registers():
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    assert list(commands) == [*_BUILTIN_COMMANDS, *_COMMAND_MODULES]
+    for module in set(_COMMAND_MODULES.values()):
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module).register(sub)
+        assert sorted(sub.choices) == sorted(c for c, m in _COMMAND_MODULES.items() if m == module)
+
+
+def test_a_command_imports_only_its_own_module_and_gpumine_imports_no_torch():
+    code = ("import sys, gpumine\n"
+            "assert 'torch' not in sys.modules and callable(gpumine.set_config) and gpumine.__version__\n"
+            "from gpumine.cli import _parser_for\n"
+            "args = _parser_for(['stream', '-', '-k', '3']).parse_args(['stream', '-', '-k', '3'])\n"
+            "assert args.n_neighbors == 3\n"
+            "loaded = [m for m in ('torch', 'pandas', 'gpumine.counting', 'gpumine.outliers') if m in sys.modules]\n"
+            "assert not loaded, loaded\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

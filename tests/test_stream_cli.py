@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpumine.stream._cli import build_parser, main, register
+from gpumine.stream._cli import _Writer, build_parser, main, register
+from gpumine.stream._format import csv_rows, score_texts
 from gpumine.stream._sources import iter_records
 from gpumine.stream._streaming import StreamingLOF, load_detector
 from gpumine.stream._synthetic import make_drifting_stream
@@ -177,6 +178,82 @@ def test_register_adds_the_stream_command():
     args = parser.parse_args(["stream", "-", "--window", "64", "-k", "7", "--format", "jsonl", "--state", "s.npz"])
     assert args.window_size == 64 and args.n_neighbors == 7 and args.format == "jsonl" and callable(args.func)
     assert "--max-latency" in build_parser().format_help()
+
+
+def _float32_scores(rng, n, low=-4.5, high=9.5):
+    """Float32 values spread over the decades around [1e-4, 1e9), plus the float32 neighbours
+    of each power of ten there (where the exponent and a rounding carry change)."""
+    x = (10.0 ** rng.uniform(low, high, n)).astype(np.float32)
+    edges = []
+    for k in range(-4, 10):
+        for direction in (np.float32(0), np.float32(np.inf)):
+            v = np.float32(10.0**k)
+            for _ in range(60):
+                edges.append(v)
+                v = np.nextafter(v, direction)
+    return np.concatenate([x, np.array(edges, np.float32)]).astype(np.float64)
+
+
+def test_vectorised_output_text_is_byte_identical_to_percent_format():
+    rng = np.random.default_rng(0)
+    x = _float32_scores(rng, 200_000)
+    inside = x[(x >= 1e-4) & (x < 9.99999950e8)]  # below the float32 that %.9g rounds up to 1e+09
+    lines = rng.integers(1, 10 ** rng.integers(1, 16, inside.size), inside.size)
+    flags = rng.random(inside.size) < 0.3
+    inside[::997], inside[5::1009] = np.inf, np.nan
+    expected = "".join("%d,%.9g,%d\n" % row for row in zip(lines.tolist(), inside.tolist(), flags.astype(int).tolist()))
+    assert csv_rows(lines, inside, flags) == expected
+    assert score_texts(inside) == ["%.9g" % v for v in inside.tolist()]
+    integers = np.arange(1.0, 300_001.0)
+    assert score_texts(integers) == ["%.9g" % v for v in integers.tolist()]
+    assert csv_rows(np.array([0, 9, 10]), np.array([1.0, np.inf, 0.5]), np.array([True, False, True])) == "0,1,1\n9,inf,0\n10,0.5,1\n"
+    # what %.9g writes in exponent notation, float64 scores and -inf are left to Python
+    for scores in ([5e-5], [1e9], [np.float32(999999968.0)], [0.0], [0.1], [1.5, -np.inf], [-2.0]):
+        assert csv_rows(np.ones(len(scores), np.int64), np.array(scores, np.float64), np.zeros(len(scores), bool)) is None
+        assert score_texts(np.array(scores, np.float64)) is None
+    assert csv_rows(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, bool)) is None
+
+
+@pytest.mark.parametrize("fmt, echo", [("csv", False), ("csv", True), ("jsonl", False), ("jsonl", True)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_writer_output_is_the_per_record_format(fmt, echo, dtype):
+    rng = np.random.default_rng(1)
+    n = 3000
+    scores = (0.5 + rng.gamma(2.0, 0.4, n)).astype(dtype).astype(np.float64)
+    scores[::401], scores[7::577] = np.inf, np.nan
+    lines = np.arange(1, n + 1, dtype=np.int64) + np.repeat([0, 5, 90_000], [1000, 1000, 1000])
+    flags = scores > 1.5
+    echoes = [[f"r{i}", "a,b" if i % 250 == 0 else 'q"t' if i % 333 == 0 else "x"] for i in range(n)] if echo else None
+    out = io.StringIO()
+    writer = _Writer(out, fmt, ["id", "tag"] if echo else [])
+    for start in range(0, n, 1024):
+        window = slice(start, start + 1024)
+        writer.write(lines[window], scores[window], flags[window], echoes[window] if echo else None)
+    expected = ["line,lof,outlier" + (",id,tag" if echo else "")] if fmt == "csv" else []
+    for i in range(n):
+        s, f = scores[i], bool(flags[i])
+        text = format(s, ".9g") if np.isfinite(s) else ("inf" if s > 0 else "nan")
+        if fmt == "csv":
+            cells = ['"' + v.replace('"', '""') + '"' if any(c in v for c in ',"') else v for v in echoes[i]] if echo else []
+            expected.append(",".join([str(lines[i]), text, str(int(f))] + cells))
+        else:
+            extra = "".join(f", {json.dumps(k)}: {json.dumps(v)}" for k, v in zip(["id", "tag"], echoes[i])) if echo else ""
+            lof = "null" if text in ("inf", "nan") else text
+            expected.append(f'{{"line": {lines[i]}, "lof": {lof}, "outlier": {"true" if f else "false"}{extra}}}')
+    assert out.getvalue() == "\n".join(expected) + "\n"
+
+
+def test_help_and_usage_errors_start_without_torch_or_numpy():
+    code = ("import sys, runpy\n"
+            "for argv in (['--help'], ['-', '--window', '0']):\n"
+            "    sys.argv = ['gpumine.stream', *argv]\n"
+            "    try:\n        runpy.run_module('gpumine.stream', run_name='__main__')\n"
+            "    except SystemExit:\n        pass\n"
+            "loaded = [m for m in ('torch', 'numpy', 'pandas') if m in sys.modules]\n"
+            "assert not loaded, loaded\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "--max-latency" in proc.stdout and "--window: must be a positive integer" in proc.stderr
 
 
 # -- the command as a process on a pipe ---------------------------------------------------------------------

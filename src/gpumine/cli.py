@@ -13,8 +13,6 @@ import platform
 import sys
 import time
 
-import numpy as np
-
 from ._cli_args import add_device_options
 from ._cli_args import label_column as parse_label_column
 
@@ -63,6 +61,8 @@ def _read(path, label_column, header):
 
 
 def _run_knn(args) -> int:
+    import numpy as np
+
     from .data import write_result
     from .neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
 
@@ -124,6 +124,8 @@ def _run_knn(args) -> int:
 
 
 def _write_csv_stdout(columns) -> None:
+    import numpy as np
+
     names, blocks = [], []
     for name, values in columns.items():
         values = np.asarray(values)
@@ -182,6 +184,7 @@ def _add_demo(sub) -> None:
 
 
 def _run_demo(args) -> int:
+    import numpy as np
     import torch
     from sklearn.neighbors import KNeighborsClassifier as SkKNN
 
@@ -226,7 +229,25 @@ def _run_bench(args) -> int:
 
 
 # -- entry point -------------------------------------------------------------------------
+_BUILTIN_COMMANDS = ("knn", "info", "demo", "bench")
+# Which module registers which command, so that a run imports only its own command's module:
+# importing them all costs pandas (counting) and the kNN engine with Triton (outliers) before
+# `gpumine stream` can start reading. tests/test_cli.py checks this table against register().
+_COMMAND_MODULES = {
+    "outliers": "gpumine.outliers._distance_cli",
+    "lof": "gpumine.outliers._lof_cli",
+    "stream": "gpumine.stream._cli",
+    "nb": "gpumine.counting._cli",
+    "tree": "gpumine.counting._cli",
+    "itemsets": "gpumine.counting._cli",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
+    return _build_parser(dict.fromkeys(_COMMAND_MODULES.values()))[0]
+
+
+def _build_parser(modules):
     parser = argparse.ArgumentParser(prog="gpumine", description="Exact data mining on the GPU, with the same results on the CPU.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -234,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_info(sub)
     _add_demo(sub)
     _add_bench(sub)
-    for module in ("gpumine.outliers._distance_cli", "gpumine.outliers._lof_cli", "gpumine.stream._cli", "gpumine.counting._cli"):
+    for module in modules:
         try:
             commands = importlib.import_module(module)
         except ModuleNotFoundError as exc:
@@ -242,12 +263,30 @@ def build_parser() -> argparse.ArgumentParser:
                 raise  # the module is there but one of its own imports is missing
             continue
         commands.register(sub)
-    return parser
+    return parser, sub
+
+
+def _parser_for(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser for ``argv``: only its command's module when it names one, else every command.
+
+    The top level has no options but -h, so a command can only come first. Help, a mistyped
+    command or a command whose module is missing get the full parser, whose messages list
+    every command.
+    """
+    command = argv[0] if argv else None
+    if command in _BUILTIN_COMMANDS:
+        return _build_parser(())[0]
+    if command in _COMMAND_MODULES:
+        parser, sub = _build_parser((_COMMAND_MODULES[command],))
+        if command in sub.choices:
+            return parser
+    return build_parser()
 
 
 def main(argv=None) -> int:
     """Run the command line; returns the exit code."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser_for(argv)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

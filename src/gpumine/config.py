@@ -23,8 +23,12 @@ import contextlib
 import importlib.util
 import os
 import threading
+from typing import TYPE_CHECKING
 
-import torch
+# torch (seconds to import) is imported by the functions that use it, so ``import gpumine``
+# and the command line's --help and usage errors start without it
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "get_config",
@@ -99,6 +103,8 @@ def config_context(**settings):
 
 
 def _check_device_spec(device) -> None:
+    import torch
+
     if isinstance(device, torch.device):
         return
     if not isinstance(device, str):
@@ -140,6 +146,8 @@ def resolve_device(device=None) -> torch.device:
     >>> resolve_device("cpu")
     device(type='cpu')
     """
+    import torch
+
     if device is None:
         device = _settings()["device"]
     _check_device_spec(device)
@@ -207,6 +215,8 @@ def working_memory_bytes(working_memory=None, device: torch.device | None = None
     if working_memory is not None:
         return int(working_memory * 2**20)
     if device is not None and device.type == "cuda":
+        import torch
+
         free, _total = torch.cuda.mem_get_info(device)
         return int(min(free // 4, 4096 * 2**20))
     return 1024 * 2**20

@@ -16,7 +16,8 @@ Throughput: records are read and parsed in a background thread
 (:class:`_ReadAhead`, at most 32 reads of about 2 MiB ahead), which
 overlaps the scoring and, at start-up, the loading of the detector (a
 second thread starts the CUDA context meanwhile); the output of a window is
-formatted in one go. On Ctrl-C the records already read are scored too.
+formatted in one go, with NumPy (:mod:`._format`). On Ctrl-C the records
+already read are scored too.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 from .._cli_args import add_device_options, positive_int
+
+# NumPy and torch are imported where a run needs them, so that --help and usage errors
+# answer without loading them.
 
 __all__ = ["register", "build_parser", "main", "run"]
 
@@ -192,7 +194,7 @@ def _differs(stored, given) -> bool:
 # -- output ------------------------------------------------------------------------------------
 def _csv_cell(value) -> str:
     text = "" if value is None else str(value)
-    if any(c in text for c in ',"\n\r'):
+    if "," in text or '"' in text or "\n" in text or "\r" in text:  # (a generator over the four was 3x slower)
         text = '"' + text.replace('"', '""') + '"'
     return text
 
@@ -204,7 +206,10 @@ class _Writer:
         self.echo_names = echo_names
         self.header_done = fmt != "csv"
 
-    def write(self, lines: np.ndarray, scores: np.ndarray, flags: np.ndarray, echo) -> None:
+    def write(self, lines, scores, flags, echo) -> None:
+        """Write one window's records: NumPy arrays of line numbers, float64 scores and bool flags."""
+        from ._format import csv_rows, score_texts
+
         parts = []
         if not self.header_done:
             parts.append(",".join(["line", "lof", "outlier"] + [_csv_cell(n) for n in self.echo_names]) + "\n")
@@ -212,15 +217,20 @@ class _Writer:
         if self.fmt == "csv" and not echo:
             score_text = None
         else:
-            score_text = [format(float(s), ".9g") if math.isfinite(s) else ("inf" if s > 0 else "nan") for s in scores.tolist()]
+            score_text = score_texts(scores)
+            if score_text is None:
+                score_text = [format(float(s), ".9g") if math.isfinite(s) else ("inf" if s > 0 else "nan") for s in scores.tolist()]
         if self.fmt == "csv":
             if echo:
                 rows = (f"{n},{s},{int(f)}," + ",".join(_csv_cell(v) for v in e) + "\n"
                         for n, s, f, e in zip(lines.tolist(), score_text, flags.tolist(), echo))
-            else:  # one %-format over the whole window (faster than a format call per record)
-                fields = [None] * (3 * len(lines))
-                fields[0::3], fields[1::3], fields[2::3] = lines.tolist(), scores.tolist(), flags.astype(np.int8).tolist()
-                rows = [("%d,%.9g,%d\n" * len(lines)) % tuple(fields)]
+            else:
+                text = csv_rows(lines, scores, flags)
+                if text is None:  # float64 scores, or ones %.9g writes with an exponent: one %-format for the window
+                    fields = [None] * (3 * len(lines))
+                    fields[0::3], fields[1::3], fields[2::3] = lines.tolist(), scores.tolist(), flags.astype("i1").tolist()
+                    text = ("%d,%.9g,%d\n" * len(lines)) % tuple(fields)
+                rows = [text]
         else:
             names = [json.dumps(n) for n in self.echo_names]
 
@@ -354,6 +364,11 @@ def _warm_device(spec) -> None:
 
 def run(args) -> int:
     """Handler of ``gpumine stream`` (see the module docstring)."""
+    # torch first, in this thread, before the device and reader threads start: the order the
+    # command always had (pandas and pyarrow load after it, in the reader), and a parse that
+    # overlaps the torch import was measured not to help (the import holds the GIL)
+    import torch  # noqa: F401
+
     from ._sources import iter_records
 
     fmt = args.format
@@ -374,6 +389,8 @@ def run(args) -> int:
 
 
 def _run(args, fmt, out_fmt, iter_records) -> int:
+    import numpy as np
+
     def make_records(reading):
         return iter_records(args.input, format=fmt, columns=args.columns, echo=args.echo, header=args.header,
                             delimiter=args.delimiter, max_latency=args.max_latency, waiting=reading)
