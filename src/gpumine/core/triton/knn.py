@@ -19,7 +19,7 @@ entry, the kept set is exactly the ``C`` smallest by (score, column). With
 the kept set is the ``C`` smallest by (score, visit order).
 
 Prepared rows' products run in tf32x3 accuracy; up to ``SPLIT_MAX_WIDTH``
-columns as one TF32 product of operands split on the host
+columns (where fewer than three products' columns) as one TF32 product of operands split on the host
 (:func:`split_tf32x3`), else as Triton's three in-kernel products.
 
 Small query sets are split over references as well (``splits`` programs per
@@ -54,9 +54,11 @@ MAX_FUSED_CANDIDATES = 256  # per-query lists live in registers; larger k runs o
 # engine's error bound 4 (d + 4) u |x| |y|, at several times the FP32-core rate
 DOT_PRECISION = "tf32x3"
 # tf32x3 as ONE tf32 product of pre-split operands [q_hi, q_hi, q_lo] . [r_hi, r_lo, r_hi] when
-# the three copies (and a bias's two halves) fit this width: on an H200 (2026-11-21) all-kNN of
-# 262,144 x 8 took 42 ms against 61 ms with Triton's three in-kernel products of 16-wide rows
-SPLIT_MAX_WIDTH = 32
+# the three copies (and a bias's two halves) fit this width and fewer columns than Triton's three
+# in-kernel products (split_form_width). On an H200 (2026-11-21), all-kNN of 262,144 points:
+# d = 8 42 vs 61 ms (kernel only); d = 16 61 vs 88 ms and d = 20 61 vs 90 ms (searches, 64
+# columns vs three 32-wide products); d = 10 in 64 columns instead of 32 lost (58 vs 44 ms)
+SPLIT_MAX_WIDTH = 64
 # From this many features a reference bias (L2's |y|^2) starts the accumulator rather than
 # riding as one more feature; below it (and outside the split form) it is appended as a
 # feature, as measured faster in the fourth session (bias after the dot: +17 to +100 ms)
@@ -278,8 +280,12 @@ def _tf32_round(x: torch.Tensor) -> torch.Tensor:
     return ((bits + 0x1000) & -0x2000).view(torch.float32)
 
 
-def _split_width(d: int, has_bias: bool) -> int:
-    return 3 * d + (2 if has_bias else 0)
+def split_form_width(d: int, has_bias: bool) -> int | None:
+    """Columns of the split tf32x3 operands for ``d`` features, or None where the three
+    in-kernel products read fewer (or the split would exceed ``SPLIT_MAX_WIDTH``)."""
+    width = _next_pow2(max(16, 3 * d + (2 if has_bias else 0)))  # tl.dot needs K >= 16 (Triton 3.6)
+    in_kernel = 3 * (_next_pow2(d) if has_bias and d >= BIAS_MIN_FEATURES else default_block_k(d + (1 if has_bias else 0)))
+    return width if width <= SPLIT_MAX_WIDTH and width < in_kernel else None
 
 
 def split_tf32x3(Q: torch.Tensor, R: torch.Tensor, ref_bias: torch.Tensor | None, width: int):
@@ -394,9 +400,10 @@ def fused_candidates(
     precision = precision or DOT_PRECISION
     bm, bn, warps = default_blocks(d, C, score)
     if score == _SCORE_DOT:
-        if precision == "tf32x3" and _split_width(d, ref_bias is not None) <= SPLIT_MAX_WIDTH and block_k is None:
-            Q, R = split_tf32x3(Q, R, ref_bias, SPLIT_MAX_WIDTH)
-            ref_bias, precision, d, block_k = None, "tf32", SPLIT_MAX_WIDTH, SPLIT_MAX_WIDTH
+        width = split_form_width(d, ref_bias is not None) if precision == "tf32x3" and block_k is None else None
+        if width is not None:
+            Q, R = split_tf32x3(Q, R, ref_bias, width)
+            ref_bias, precision, d, block_k = None, "tf32", width, width
         elif ref_bias is not None and d < BIAS_MIN_FEATURES:
             Q = torch.cat([Q, Q.new_ones((n_query, 1))], 1)
             R = torch.cat([R, ref_bias[:, None]], 1)
