@@ -552,11 +552,12 @@ def _candidates_fused(Q, Qp, refs: _References, q0: int, c: int, exclude_self: b
     # |y|^2 as a per-reference bias and decides its form (``fused_candidates``' ref_bias)
     split_bias = not direct and refs.metric.name in ("euclidean", "sqeuclidean")
     queries = Q if direct else (Qp["rows"][:, :-1] if split_bias else Qp["rows"])
-    tiles = list(refs.raw_tiles() if direct else ((r0, R["rows"]) for r0, R in refs.prepared_tiles()))
+    # a generator: streamed references must not all be on the device at once
+    tiles = refs.raw_tiles() if direct else ((r0, R["rows"]) for r0, R in refs.prepared_tiles())
     kernel_precision = _KERNEL_PRECISION[precision]
-    if len(tiles) == 1 and refs.resident and refs.metric.name in _CURVE_METRICS:
+    if refs.resident and refs.rows_per_tile >= refs.data.shape[0] and refs.metric.name in _CURVE_METRICS:
         order = refs.curve_order()
-        R = tiles[0][1][order.perm]
+        R = next(tiles)[1][order.perm]
         bias = None
         if split_bias:
             R, bias = R[:, :-1], R[:, -1].contiguous()
