@@ -18,9 +18,9 @@ entry, the kept set is exactly the ``C`` smallest by (score, column). With
 (the engine orders rows along a space-filling curve): far fewer insertions, and
 the kept set is the ``C`` smallest by (score, visit order).
 
-Prepared rows' products run in tf32x3 accuracy; up to ``SPLIT_MAX_WIDTH``
-columns (where fewer than three products' columns) as one TF32 product of operands split on the host
-(:func:`split_tf32x3`), else as Triton's three in-kernel products.
+Prepared rows' products run in tf32x3 accuracy: as one TF32 product of
+operands split on the host (:func:`split_tf32x3`) where that reads fewer
+columns (:func:`split_form_width`), else as Triton's three in-kernel products.
 
 Small query sets are split over references as well (``splits`` programs per
 query block, each keeping its own ``C`` best) and merged afterwards, so the
@@ -245,8 +245,9 @@ def _score_kind(metric_name: str, prepared: bool, d: int) -> int:
 def default_blocks(d: int, C: int, score: int) -> tuple[int, int, int]:
     """(block_m, block_n, num_warps) for a shape class: measured on an H200 (BENCHMARKS.md).
 
-    Dot scoring at 64 features (2026-11-21, seventh session, C = 8): 64 x 128 took
-    130 ms, 128 x 64 136 ms, 64 x 64 161 ms, 64 x 32 182 ms. Dot scoring: 64 x 64 with 4 warps was fastest of eight shapes for all-kNN of
+    Dot scoring at 64 features (seventh session, C = 8): 64 x 128 took 130 ms,
+    128 x 64 136 ms, 64 x 64 161 ms, 64 x 32 182 ms. Below 64 features, 64 x 64
+    with 4 warps was fastest of eight shapes for all-kNN of
     262,144 x 8 at C = 8 (76 ms; 32 x 32: 171 ms, 64 x 128 x 8 warps: 182 ms), and
     ran k = 20 (C = 32) at 1M x 10 in 1.37 s. At C = 64 (k = 50, 286,048 x 10) 32 x 64
     took 248 ms on uniform data and 64 x 64 227 ms on ADBench cover: not compared on
