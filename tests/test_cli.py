@@ -133,3 +133,11 @@ def test_a_command_imports_only_its_own_module_and_gpumine_imports_no_torch():
             "loaded = [m for m in ('torch', 'pandas', 'gpumine.counting', 'gpumine.outliers') if m in sys.modules]\n"
             "assert not loaded, loaded\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_knn_tune_needs_a_device_that_runs_the_kernel(labelled_csv, monkeypatch, capsys):
+    train, _, _, _ = labelled_csv
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    code = main(["knn", str(train), "--label-column", "label", "--task", "neighbors", "--device", "cpu", "--tune", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--tune" in err and "--device cuda" in err and len(err.splitlines()) == 1

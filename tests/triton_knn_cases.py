@@ -358,3 +358,46 @@ def test_rotated_visits_keep_the_c_best_and_skip_each_rows_own_column(prepared):
         torch.testing.assert_close(scores.gather(1, i), v.double(), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="anchors"):
         fused_candidates(Qk, Rk, 8, metric_name="euclidean", prepared=prepared, anchors=anchors[:3])
+
+
+@pytest.mark.parametrize("d", [65, 71, 80, 81])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_features_past_one_dot_step_are_added_as_fmas(d, with_bias):
+    # 65-80 dot features: one 64-wide tl.dot step and the last d - 64 as FMAs; 81 takes 16-wide steps
+    X = torch.from_numpy(_data("random", 70 * SCALE, d, 31)).to(DEVICE)
+    Q = torch.from_numpy(_data("random", 19 * SCALE, d, 32)).to(DEVICE)
+    bias = (X * X).sum(1) if with_bias else None
+    for splits in (1, 2):
+        v, i = fused_candidates(Q, -2.0 * X, 8, metric_name="euclidean", prepared=True, ref_bias=bias, splits=splits, **BLOCKS)
+        scores = Q.double() @ (-2.0 * X.double()).T + (bias.double()[None, :] if with_bias else 0)
+        torch.testing.assert_close(v.double(), torch.sort(scores, dim=1).values[:, :8], rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(scores.gather(1, i), v.double(), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "cosine"])
+@pytest.mark.parametrize("d", [65, 72])
+def test_searches_past_one_dot_step_equal_the_torch_twin(metric, d):
+    X = _data("duplicates", 90 * SCALE if ON_GPU else 40, d, 33)
+    for query in (None, X[:7]):
+        fused = kneighbors(X, query, 5, metric=metric, device=DEVICE, backend="triton")
+        twin = kneighbors(X, query, 5, metric=metric, device=DEVICE, backend="torch")
+        np.testing.assert_array_equal(fused[1], twin[1])
+        np.testing.assert_array_equal(fused[0], twin[0])
+
+
+def test_tuning_records_a_shape_per_class_and_keeps_the_results(tmp_path, monkeypatch):
+    from gpumine.core.triton import knn_tuning
+    from gpumine.neighbors import tune_knn
+
+    monkeypatch.setenv(knn_tuning.CACHE_ENV, str(tmp_path))
+    X = _data("random", 200 * SCALE if ON_GPU else 30, 6, 35)
+    tuned = tune_knn(X, None, 3, device=DEVICE)
+    assert len(tuned) == 1
+    (key, entry), = tuned.items()
+    assert entry["blocks"] in knn_tuning.candidate_blocks(True, 8) and len(entry["ms"]) >= 2
+    assert knn_tuning.lookup(key) == entry["blocks"]
+    assert tune_knn(X, None, 3, device=DEVICE) == {}  # cached: nothing to tune
+    tuned_result = kneighbors(X, k=3, device=DEVICE, backend="triton")
+    twin = kneighbors(X, k=3, device=DEVICE, backend="torch")
+    np.testing.assert_array_equal(tuned_result[1], twin[1])
+    np.testing.assert_array_equal(tuned_result[0], twin[0])

@@ -47,6 +47,9 @@ def _add_knn(sub) -> None:
     p.add_argument("--precision", default="exact", choices=["exact", "tf32", "bf16"],
                    help="arithmetic of the candidate search on tensor cores; results are exact in every mode "
                         "(tf32/bf16 compute in float32)")
+    p.add_argument("--tune", action="store_true",
+                   help="first time the fused GPU kernel's tile shapes on this search and cache the fastest per shape "
+                        "class (gpumine.neighbors.tune_knn; a few seconds of compilation, once per class and GPU)")
     add_device_options(p)
     p.set_defaults(func=_run_knn)
 
@@ -93,6 +96,8 @@ def _run_knn(args) -> int:
     if args.precision != "exact":  # the reduced precisions search float32 data
         X_train = np.asarray(X_train, dtype=np.float32)
         X_query = None if X_query is None else np.asarray(X_query, dtype=np.float32)
+    if args.tune:
+        _tune_knn(args, X_train, X_query)
     start = time.perf_counter()
     if task == "neighbors":
         model = NearestNeighbors(**common).fit(X_train)
@@ -121,6 +126,28 @@ def _run_knn(args) -> int:
             msg += f", written to {args.output}"
         print(msg, file=sys.stderr)
     return 0
+
+
+def _tune_knn(args, X_train, X_query) -> None:
+    import numpy as np
+
+    from .config import resolve_device, triton_available
+    from .neighbors import tune_knn
+
+    device = resolve_device(args.device)
+    if not triton_available(device):
+        raise UsageError(f"--tune times the fused GPU kernel, which cannot run on {device}; drop --tune or pass --device cuda")
+    tuned = tune_knn(np.asarray(X_train, dtype=np.float32), None if X_query is None else np.asarray(X_query, dtype=np.float32),
+                     args.k, metric=args.metric, p=args.p, device=args.device, working_memory=args.working_memory,
+                     precision=args.precision)
+    if args.quiet:
+        return
+    if not tuned:
+        print("gpumine knn --tune: every shape class of this search was already tuned (or it runs no fused kernel)",
+              file=sys.stderr)
+    for key, entry in tuned.items():
+        print(f"gpumine knn --tune: {key}: block {entry['blocks']} "
+              f"({', '.join(f'{shape} {ms:.3g} ms' for shape, ms in entry['ms'].items())})", file=sys.stderr)
 
 
 def _write_csv_stdout(columns) -> None:

@@ -1,9 +1,9 @@
 """Exact k-nearest-neighbour search, classification and regression (CUKNN)."""
 
 from .._lazy import lazy_exports
-from ._api import kneighbors
+from ._api import kneighbors, tune_knn
 
-__all__ = ["kneighbors", "NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor"]
+__all__ = ["kneighbors", "tune_knn", "NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor"]
 
 # the estimators need scikit-learn (about a second to import): loaded on first use,
 # so the engine alone (streaming CLI, kneighbors) starts without it

@@ -9,7 +9,7 @@ from ..config import resolve_device, working_memory_bytes
 from ..core.distance import check_precision, get_metric
 from ._engine import choose_backend, knn_search
 
-__all__ = ["kneighbors"]
+__all__ = ["kneighbors", "tune_knn"]
 
 
 def _common_dtype(*tensors: torch.Tensor) -> torch.dtype:
@@ -57,7 +57,7 @@ def kneighbors(
         (float32; euclidean, sqeuclidean, cosine, inner product and manhattan;
         k up to 255). Both backends give identical results; ``"auto"`` takes
         the kernel on CUDA where it measured faster (large searches at up to
-        64 features, see ``gpumine.neighbors._engine.auto_prefers_fused``).
+        80 features, see ``gpumine.neighbors._engine.auto_prefers_fused``).
     working_memory : float, optional
         MiB allowed for one tile's temporaries.
     verbose : int, optional
@@ -131,3 +131,37 @@ def kneighbors(
     if not return_distance:
         return index_out
     return to_output(scores, kind), index_out
+
+
+def tune_knn(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p: float | None = None, device=None,
+             working_memory=None, precision: str = "exact") -> dict:
+    """Measure the fused kernel's tile shapes on one search and cache the fastest.
+
+    Runs ``kneighbors(X_ref, X_query, k, backend="triton", ...)`` once; every
+    kernel launch of a shape class (features, candidates per query, precision,
+    self-exclusion, query-count class, GPU and Triton version) not yet in the
+    cache times a few ``(block_m, block_n, num_warps)`` shapes on the real
+    operands and records the fastest in ``$GPUMINE_CACHE_DIR/knn_tiles.json``
+    (default ``~/.cache/gpumine``). Later searches of those classes, in any
+    process, use the recorded shapes; results are identical whatever the shape.
+    Tuning compiles every candidate shape once (about a second each on an
+    H200); untuned classes keep the measured defaults and compile one shape.
+
+    Parameters are those of :func:`kneighbors` (float32 data, a metric with a
+    Triton kernel, a CUDA device; a CPU runs the kernel under
+    ``TRITON_INTERPRET=1`` only).
+
+    Returns
+    -------
+    dict
+        ``{shape_class: {"blocks": (block_m, block_n, num_warps), "ms": {shape: ms},
+        "failed": {shape: error}}}`` for each class tuned by this call (empty
+        when every class was already cached, or when the search used no fused
+        launch, e.g. k above the kernel's register budget).
+    """
+    from ..core.triton.knn_tuning import tuning
+
+    with tuning() as tuned:
+        kneighbors(X_ref, X_query, k, metric=metric, p=p, device=device, backend="triton", working_memory=working_memory,
+                   verbose=0, return_distance=False, precision=precision)
+    return dict(tuned)

@@ -86,10 +86,12 @@ def fused_unsupported(metric: Metric, dtype: torch.dtype, k: int, n_ref: int, pr
 # 2026-11-21): all-kNN of 262,144 uniform points at k = 7, fused vs torch engine, 86 vs 306 ms
 # at d = 8, 109 vs 329 (d = 16), 113 vs 353 (24), 174 vs 377 (32), 186 vs 434 (48), and at
 # d = 64 366 vs 637 ms once |y|^2 became a bias (knn.BIAS_MIN_FEATURES; 854-966 ms before, 65
-# prepared features in several tl.dot steps); 1M x 10 at k = 20: 1.37 vs 4.63 s. Above 64
-# features several steps return, unmeasured. Small searches are launch- and compile-bound.
+# prepared features in several tl.dot steps); 1M x 10 at k = 20: 1.37 vs 4.63 s. With the
+# features past 64 as FMAs (knn.MAX_DOT_TAIL; eighth session): d = 65 177 vs 485 ms, 72 256 vs
+# 497, 80 334 vs 525. Above 80 several steps return, unmeasured. Small searches are launch-
+# and compile-bound.
 AUTO_FUSED_METRICS = ("euclidean", "sqeuclidean", "cosine", "inner_product")
-AUTO_FUSED_MAX_FEATURES = 64
+AUTO_FUSED_MAX_FEATURES = 80
 AUTO_FUSED_MIN_PAIRS = 1 << 26
 
 
@@ -121,7 +123,10 @@ _SAFE_MAGNITUDE = 2.0**40
 
 def _range_scale(ref: torch.Tensor, query: torch.Tensor) -> float | None:
     """A power of two that brings the data's largest magnitude near 1, or None when it is safe as is."""
-    def magnitude(X: torch.Tensor) -> float:  # aminmax: no |X| copy of possibly huge host data
+    def magnitude(X: torch.Tensor) -> float:  # min and max: no |X| copy of possibly huge host data
+        if X.device.type == "cpu":  # NumPy's are ~20x faster than torch.aminmax on the host
+            values = X.detach().numpy()
+            return max(-float(values.min()), float(values.max()))
         low, high = torch.aminmax(X)
         return max(-float(low), float(high))
 
@@ -151,9 +156,11 @@ class _References:
         self.rows_per_tile = rows_per_tile
         self.device = device
         self.host = ref
-        self.centre = metric.centre(ref)
         self.resident = _fits_resident(ref, device)
         self.data = ref.to(device) if self.resident else ref
+        # from the device copy when there is one: torch's float64 sums ran ~10 ms on the
+        # host for 32,768 x 65 floats, a third of a small search from NumPy
+        self.centre = metric.centre(self.data)
         self._prepared = None
         self._by_feature = None
         self._sample = None

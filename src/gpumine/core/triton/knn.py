@@ -18,6 +18,9 @@ entry, the kept set is exactly the ``C`` smallest by (score, column). With
 (the engine orders rows along a space-filling curve): far fewer insertions, and
 the kept set is the ``C`` smallest by (score, visit order).
 
+Up to 16 features past one 64-wide ``tl.dot`` step are added as FMAs on FP32
+cores (``TAIL``), so 65-80 features cost one tensor-core step, not five.
+
 Prepared rows' products run in tf32x3 accuracy: as one TF32 product of
 operands split on the host (:func:`split_tf32x3`) where that reads fewer
 columns (:func:`split_form_width`), else as Triton's three in-kernel products.
@@ -34,6 +37,9 @@ final results for either.
 
 from __future__ import annotations
 
+import functools
+import time
+
 import torch
 
 try:
@@ -44,6 +50,7 @@ except ImportError:  # pragma: no cover - exercised on machines without triton
     tl = None
 
 from ..select import topk_by_score_then_index
+from . import knn_tuning
 
 __all__ = ["fused_candidates", "FUSED_METRICS", "MAX_FUSED_CANDIDATES", "DOT_PRECISION"]
 
@@ -63,6 +70,11 @@ SPLIT_MAX_WIDTH = 64
 # riding as one more feature; below it (and outside the split form) it is appended as a
 # feature, as measured faster in the fourth session (bias after the dot: +17 to +100 ms)
 BIAS_MIN_FEATURES = 64
+# Dot scoring of up to ONE_STEP_WIDTH + MAX_DOT_TAIL features: one tl.dot step of
+# ONE_STEP_WIDTH, the rest as FMAs (d = 65, L2 at 65 raw features, was five 16-wide
+# steps: 0.79 s for all-kNN of 262,144 points on an H200 against 0.15 s at d = 64)
+ONE_STEP_WIDTH = 64
+MAX_DOT_TAIL = 16
 
 _SCORE_L2, _SCORE_L1, _SCORE_DOT = 0, 1, 2
 
@@ -136,7 +148,7 @@ if triton is not None:
         Q, R, BIAS, SELF, FIRST_TILE, OUT_SCORE, OUT_INDEX,
         n_query, n_ref, refs_per_split, ref_offset,
         stride_q_row, stride_q_feat, stride_r_row, stride_r_feat, stride_out,
-        D: tl.constexpr, SCORE: tl.constexpr, HAS_BIAS: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
+        D: tl.constexpr, TAIL: tl.constexpr, SCORE: tl.constexpr, HAS_BIAS: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
         ROTATE: tl.constexpr, C: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
     ):
@@ -170,9 +182,10 @@ if triton is not None:
         # One feature step: the query block is loaded once and the next reference tile is
         # requested before this tile's selection, so its latency hides behind that work
         # (on an H200, all-kNN 262,144 x 8: 77 -> 61 ms with the edge-only masking below)
-        ONE_STEP: tl.constexpr = SCORE == 2 and D <= BLOCK_K
+        # (the last TAIL features, past one step's width, are added by FMAs on FP32 cores)
+        ONE_STEP: tl.constexpr = SCORE == 2 and D - TAIL <= BLOCK_K
         feats = tl.arange(0, BLOCK_K)
-        f_ok = feats < D
+        f_ok = feats < D - TAIL
         if ONE_STEP:
             q_block = _load_query_block(Q, rows, row_ok, feats, f_ok, stride_q_row, stride_q_feat)
             ahead = first + tile0 * BLOCK_N + lanes
@@ -188,6 +201,10 @@ if triton is not None:
                 if HAS_BIAS:
                     acc += tl.load(BIAS + cols, mask=col_ok, other=0.0)[None, :]
                 acc = _dot(q_block, r_next, acc, PRECISION)
+                for j in tl.static_range(D - TAIL, D):
+                    qj = tl.load(Q + rows * stride_q_row + j * stride_q_feat, mask=row_ok, other=0.0)
+                    rj = tl.load(R + cols * stride_r_row + j * stride_r_feat, mask=col_ok, other=0.0)
+                    acc += qj[:, None] * rj[None, :]
                 following = tile + 1
                 following = tl.where(following >= n_tiles, following - n_tiles, following)
                 ahead = first + following * BLOCK_N + lanes
@@ -268,7 +285,9 @@ def default_block_k(d: int) -> int:
     (2026-11-21, all-kNN 262,144 points, kernel only) 17 and 25 prepared features
     took 97 ms in one 32-wide step against 386-392 ms in two 16-wide ones, and 33
     took 150 ms in one 64-wide step against 531 ms (16) and 1.13 s (32). Above 64,
-    16-wide steps were the least slow (65 features: 0.79 s against 1.5-2.5 s).
+    16-wide steps were the least slow (65 features: 0.79 s against 1.5-2.5 s); up
+    to ``ONE_STEP_WIDTH + MAX_DOT_TAIL`` features the launcher runs one 64-wide step
+    and the rest as FMAs instead (65: 177 ms).
     """
     if d > 64:
         return 16
@@ -367,8 +386,9 @@ def fused_candidates(
         every reference left out still scores at least the ``C``-th kept one,
         but among equal scores at that place the lower index is not guaranteed.
     block_m, block_n, num_warps, splits, block_k : int, optional
-        Launch shape; by default from :func:`default_blocks`, and ``splits``
-        so that small query sets still give every SM work.
+        Launch shape; by default the shape recorded for this shape class by
+        tuning (:mod:`gpumine.core.triton.knn_tuning`), else :func:`default_blocks`,
+        and ``splits`` so that small query sets still give every SM work.
     precision : {"tf32x3", "ieee", "tf32", "bf16"}, optional
         How prepared rows' dot products are computed (default ``DOT_PRECISION``).
         The first two are float32-accurate; ``"tf32"`` (one TF32 product) and
@@ -409,9 +429,10 @@ def fused_candidates(
             Q = torch.cat([Q, Q.new_ones((n_query, 1))], 1)
             R = torch.cat([R, ref_bias[:, None]], 1)
             ref_bias, d = None, d + 1
-    block_m, block_n, num_warps = block_m or bm, block_n or bn, num_warps or warps
+    tail = 0
+    if score == _SCORE_DOT and block_k is None and ONE_STEP_WIDTH < d <= ONE_STEP_WIDTH + MAX_DOT_TAIL:
+        block_k, tail = ONE_STEP_WIDTH, d - ONE_STEP_WIDTH
     if score == _SCORE_DOT:
-        block_m, block_n = max(block_m, 16), max(block_n, 16)  # tl.dot's smallest tile
         Q, R = Q.contiguous(), R.contiguous()  # row-major: a tile is a (rows x features) block
         q_strides, r_strides = (Q.stride(0), 1), (R.stride(0), 1)
     else:
@@ -422,7 +443,6 @@ def fused_candidates(
         Q = QT.clone() if QT.data_ptr() == Q.data_ptr() else QT
         R = RT.clone() if RT.data_ptr() == R.data_ptr() else RT
         q_strides, r_strides = (1, Q.stride(0)), (1, R.stride(0))
-    q_blocks = triton.cdiv(max(n_query, 1), block_m)
     exclude_self = exclude_self or self_cols is not None
     if self_cols is None and exclude_self:
         self_cols = torch.arange(n_query, device=Q.device) + (self_offset - ref_offset)
@@ -430,30 +450,85 @@ def fused_candidates(
         if self_cols.shape != (n_query,):
             raise ValueError(f"self_cols must hold one reference row per query ({n_query}); got shape {tuple(self_cols.shape)}")
         self_cols = torch.where((self_cols >= 0) & (self_cols < n_ref), self_cols, -1).to(torch.int32)
-    first_tiles = None
-    if anchors is not None:
-        if anchors.shape != (n_query,):
-            raise ValueError(f"anchors must hold one reference row per query ({n_query}); got shape {tuple(anchors.shape)}")
-        middle = torch.clamp(torch.arange(q_blocks, device=Q.device) * block_m + block_m // 2, max=max(n_query - 1, 0))
-        first_tiles = (anchors[middle].clamp(0, max(n_ref - 1, 0)) // block_n).to(torch.int32)
-    if splits is None:
-        sms = torch.cuda.get_device_properties(Q.device).multi_processor_count if Q.is_cuda else 1
-        # about four programs per SM, never a split shorter than a few tiles
-        splits = max(1, min(4 * sms // q_blocks, n_ref // (8 * block_n)))
-    refs_per_split = block_n * triton.cdiv(triton.cdiv(max(n_ref, 1), splits), block_n)
-    splits = triton.cdiv(max(n_ref, 1), refs_per_split)
-    scores = torch.empty((n_query, splits * C), dtype=torch.float32, device=Q.device)
-    index = torch.empty((n_query, splits * C), dtype=torch.int64, device=Q.device)
-    if n_query == 0:
-        return scores[:, :C], index[:, :C]
-    _fused_candidates_kernel[(q_blocks, splits)](
-        Q, R, R if ref_bias is None else ref_bias.contiguous(), self_cols if exclude_self else index,
-        index if first_tiles is None else first_tiles, scores, index,
-        n_query, n_ref, refs_per_split, ref_offset,
-        *q_strides, *r_strides, scores.stride(0),
-        D=d, SCORE=score, HAS_BIAS=ref_bias is not None, EXCLUDE_SELF=exclude_self, ROTATE=first_tiles is not None,
-        C=C, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k or default_block_k(d), PRECISION=precision, num_warps=num_warps,
-    )
-    if splits > 1:
-        scores, index = topk_by_score_then_index(scores, index, C)
-    return scores, index
+    if anchors is not None and anchors.shape != (n_query,):
+        raise ValueError(f"anchors must hold one reference row per query ({n_query}); got shape {tuple(anchors.shape)}")
+    block_k = block_k or default_block_k(d)
+
+    def launch(block_m: int, block_n: int, num_warps: int):
+        if score == _SCORE_DOT:
+            block_m, block_n = max(block_m, 16), max(block_n, 16)  # tl.dot's smallest tile
+        q_blocks = triton.cdiv(max(n_query, 1), block_m)
+        first_tiles = None
+        if anchors is not None:
+            middle = torch.clamp(torch.arange(q_blocks, device=Q.device) * block_m + block_m // 2, max=max(n_query - 1, 0))
+            first_tiles = (anchors[middle].clamp(0, max(n_ref - 1, 0)) // block_n).to(torch.int32)
+        n_splits = splits
+        if n_splits is None:
+            sms = torch.cuda.get_device_properties(Q.device).multi_processor_count if Q.is_cuda else 1
+            # about four programs per SM, never a split shorter than a few tiles
+            n_splits = max(1, min(4 * sms // q_blocks, n_ref // (8 * block_n)))
+        refs_per_split = block_n * triton.cdiv(triton.cdiv(max(n_ref, 1), n_splits), block_n)
+        n_splits = triton.cdiv(max(n_ref, 1), refs_per_split)
+        scores = torch.empty((n_query, n_splits * C), dtype=torch.float32, device=Q.device)
+        index = torch.empty((n_query, n_splits * C), dtype=torch.int64, device=Q.device)
+        if n_query == 0:
+            return scores[:, :C], index[:, :C]
+        _fused_candidates_kernel[(q_blocks, n_splits)](
+            Q, R, R if ref_bias is None else ref_bias.contiguous(), self_cols if exclude_self else index,
+            index if first_tiles is None else first_tiles, scores, index,
+            n_query, n_ref, refs_per_split, ref_offset,
+            *q_strides, *r_strides, scores.stride(0),
+            D=d, TAIL=tail, SCORE=score, HAS_BIAS=ref_bias is not None, EXCLUDE_SELF=exclude_self,
+            ROTATE=first_tiles is not None, C=C, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+            PRECISION=precision, num_warps=num_warps,
+        )
+        if n_splits > 1:
+            scores, index = topk_by_score_then_index(scores, index, C)
+        return scores, index
+
+    blocks = (block_m or bm, block_n or bn, num_warps or warps)
+    if block_m is None and block_n is None and num_warps is None and n_query:
+        device_name = _device_name(Q.device)
+        key = knn_tuning.shape_class(
+            device_name, triton.__version__, score=score, features=d, block_k=block_k, tail=tail, candidates=C,
+            precision=precision, has_bias=ref_bias is not None, exclude_self=exclude_self, rotate=anchors is not None,
+            n_query=n_query)
+        tuned = knn_tuning.lookup(key)
+        if tuned is None and knn_tuning.tuning_results() is not None:
+            tuned = _tune(launch, key, score == _SCORE_DOT, C, Q.device)
+        blocks = tuned or blocks
+    return launch(*blocks)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+def _tune(launch, key: str, dot_scoring: bool, C: int, device: torch.device) -> tuple[int, int, int]:
+    """Time each candidate shape of a launch (best of three after a compiling run) and record the fastest."""
+    timings: dict[str, float] = {}
+    failures: dict[str, str] = {}
+    for shape in knn_tuning.candidate_blocks(dot_scoring, C):
+        name = "x".join(map(str, shape))
+        try:
+            launch(*shape)  # compiles
+            best = float("inf")
+            for _ in range(3):
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                start = time.perf_counter()
+                launch(*shape)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                best = min(best, time.perf_counter() - start)
+            timings[name] = round(best * 1e3, 4)
+        except Exception as exc:  # a shape this GPU cannot compile (registers, shared memory) drops out
+            failures[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    if not timings:
+        raise RuntimeError(f"no tile shape of the fused kNN kernel ran for {key}: {failures}")
+    winner = min(timings, key=timings.get)
+    blocks = tuple(int(v) for v in winner.split("x"))
+    knn_tuning.record(key, blocks, timings)
+    knn_tuning.tuning_results()[key] = {"blocks": blocks, "ms": timings, "failed": failures}
+    return blocks
