@@ -168,11 +168,38 @@ def test_streamed_references_match_resident(monkeypatch):
     X = _data("duplicates", 5000, 7, 16)
     Q = _data("random", 700, 7, 17)
     resident = kneighbors(X, Q, 10, device="cuda", working_memory=4)
+    import gpumine.neighbors._api as api
+
     monkeypatch.setattr(engine, "fits_on_device", lambda *a, **k: False)
+    monkeypatch.setattr(api, "fits_on_device", lambda *a, **k: False)  # host data stays on the host
     streamed = kneighbors(X, Q, 10, device="cuda", working_memory=4)
     np.testing.assert_array_equal(streamed[1], resident[1])
     np.testing.assert_array_equal(streamed[0], resident[0])
     assert_knn_matches(*streamed, X, Q, 10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stays_on_host", [False, True])
+def test_non_finite_input_for_a_gpu_is_refused_with_its_name_and_row(monkeypatch, stays_on_host):
+    skip_if_no_cuda("cuda")
+    import gpumine.neighbors._api as api
+
+    if stays_on_host:  # too large to copy: checked on the host before streaming
+        monkeypatch.setattr(api, "fits_on_device", lambda *a, **k: False)
+    X = _data("random", 50, 3, 18)
+    bad = X.copy()
+    bad[7, 1] = np.inf
+    bad[9, 0] = np.nan
+    for ref, query, name in ((bad, X, "X_ref"), (X, bad, "X_query"), (bad, None, "X_ref")):
+        with pytest.raises(ValueError, match=rf"{name} contains NaN or infinity \(2 non-finite value\(s\), first at row 7\)"):
+            kneighbors(ref, query, 3, device="cuda")
+        with pytest.raises(ValueError, match=f"{name} contains NaN"):
+            kneighbors(torch.from_numpy(ref).cuda(), None if query is None else torch.from_numpy(query).cuda(), 3, device="cuda")
+    # huge values are scaled, not refused, and empty queries pass
+    big = X * 2.0**100  # a power of two: the same order
+    d, i = kneighbors(big, big[:5], 3, device="cuda")
+    np.testing.assert_array_equal(i, kneighbors(X, X[:5], 3, device="cuda")[1])
+    assert kneighbors(X, X[:0], 3, device="cuda")[1].shape == (0, 3)
 
 
 @pytest.mark.gpu
@@ -309,3 +336,18 @@ def test_reduced_precision_needs_float32_data():
         NearestNeighbors(n_neighbors=2, device="cpu", precision="bf16").fit(X)
     model = NearestNeighbors(n_neighbors=2, device="cpu", precision="bf16").fit(X.astype(np.float32))
     np.testing.assert_array_equal(model.kneighbors()[1], kneighbors(X.astype(np.float32), k=2, device="cpu")[1])
+
+
+@pytest.mark.parametrize("d", [1, 3, 8, 20])
+def test_curve_codes_interleave_the_quantised_features_bit_by_bit(d):
+    from gpumine.neighbors._engine import _CurveOrder
+
+    X = torch.from_numpy(_data("random", 300, d, 19))
+    order = _CurveOrder(X)
+    Q = X[:50] * 1.5  # partly outside the references' range: clamped to the end levels
+    levels = 1 << order.bits
+    q = ((Q[:, order.dims] - order.lo) / order.span * levels).floor().clamp(0, levels - 1).long().tolist()
+    dims = len(order.dims)
+    expected = [sum(((row[j] >> b) & 1) << (b * dims + dims - 1 - j) for j in range(dims) for b in range(order.bits)) for row in q]
+    assert order.codes(Q).tolist() == expected
+    assert torch.equal(order.sorted_codes, torch.sort(order.codes(X)).values)

@@ -165,9 +165,13 @@ def test_low_dimensional_l2_is_certified_with_relative_bounds():
 
 
 @pytest.mark.parametrize("metric", ["euclidean", "cosine", "manhattan"])
-def test_retries_after_the_fused_kernel_run_on_budgeted_torch_tiles(metric):
-    # integer data: ties at the k-th place fail the certificate; the retries use the torch
-    # selection on reference tiles sized by the budget, not the fused kernel's single tile
+def test_retries_after_the_fused_kernel_give_the_torch_twins_results(metric, monkeypatch):
+    # integer data: ties at the k-th place fail the certificate; the first retries (2x, then
+    # 8x the candidates) run on the kernel, later ones on the torch selection's reference
+    # tiles sized by the budget, not the fused kernel's single tile
+    import gpumine.neighbors._engine as engine
+
+    monkeypatch.setattr(engine, "_FUSED_WIDE_MAX_PAIRS", 0)  # the usual k + 1 candidates: rows fail
     X = torch.from_numpy(_data("integer", 600, 3, 8)).to(DEVICE)
     dev = torch.device(DEVICE)
     stats = {}
@@ -401,3 +405,46 @@ def test_tuning_records_a_shape_per_class_and_keeps_the_results(tmp_path, monkey
     twin = kneighbors(X, k=3, device=DEVICE, backend="torch")
     np.testing.assert_array_equal(tuned_result[1], twin[1])
     np.testing.assert_array_equal(tuned_result[0], twin[0])
+
+
+@pytest.mark.parametrize("exclude_self", [False, True])
+def test_unmerged_split_lists_hold_each_splits_best_and_bound_the_rest(exclude_self):
+    from gpumine.core.select import topk_by_score_then_index
+    from gpumine.neighbors._engine import _reached_by_excluded
+
+    n_q, n_r, d, splits = 21 * SCALE, 150 * SCALE, 6, 3
+    R = torch.from_numpy(_data("integer", n_r, d, 42)).to(DEVICE)  # integer data: tied scores
+    Q = R if exclude_self else torch.from_numpy(_data("integer", n_q, d, 41)).to(DEVICE)
+    opts = dict(metric_name="euclidean", splits=splits, exclude_self=exclude_self, **BLOCKS)
+    merged = fused_candidates(Q, R, 8, **opts)
+    v, i = fused_candidates(Q, R, 8, merge_splits=False, **opts)
+    assert v.shape == (Q.shape[0], splits * 8)  # 150 references: three splits of whole tiles
+    blocks = v.view(Q.shape[0], splits, 8)
+    assert torch.all(blocks[..., 1:] >= blocks[..., :-1])  # each split's block ascending
+    merged_again = topk_by_score_then_index(v, i, 8)
+    assert torch.equal(merged_again[0], merged[0]) and torch.equal(merged_again[1], merged[1])
+    # every reference left out scores at least the bound the certificate uses
+    exact = get_metric("euclidean").exact_scores(Q, R.unsqueeze(0))
+    kept = torch.zeros_like(exact, dtype=torch.bool)
+    kept.scatter_(1, i.clamp(min=0), i >= 0)
+    if exclude_self:
+        kept.fill_diagonal_(True)
+    bound = _reached_by_excluded(v, 8)
+    assert torch.all(torch.where(kept, torch.inf, exact) >= bound[:, None])
+
+
+@pytest.mark.parametrize("kind", ["random", "duplicates"])
+def test_search_with_unmerged_reference_splits_equals_the_torch_twin(kind):
+    # few queries against enough references that the launcher splits the references
+    X = _data(kind, 8800 if ON_GPU else 2100, 65, 43)  # >= 2 splits of 8 tiles of 128 references
+    stats = {}
+    Xt = torch.from_numpy(X).to(DEVICE)
+    dev = torch.device(DEVICE)
+    for query in (Xt[:100], None) if ON_GPU else (Xt[:100],):
+        q = Xt if query is None else query
+        fused = knn_search(Xt, q, 7, get_metric("euclidean"), exclude_self=query is None, device=dev, budget_bytes=2**28,
+                           result_device=dev, stats=stats, backend="triton")
+        twin = knn_search(Xt, q, 7, get_metric("euclidean"), exclude_self=query is None, device=dev, budget_bytes=2**28,
+                          result_device=dev, backend="torch")
+        assert stats["selection"] == "fused"
+        assert torch.equal(fused[1], twin[1]) and torch.equal(fused[0], twin[0])

@@ -193,12 +193,17 @@ def check_array(
     if tensor.shape[0] == 0 and not allow_empty:
         raise ValueError(f"{name} is empty: found array with 0 sample(s) (shape {tuple(tensor.shape)}); a minimum of 1 is required")
     if not allow_nan and tensor.numel() and not all_finite(tensor):
-        bad = (~torch.isfinite(tensor)).nonzero()
-        raise ValueError(
-            f"{name} contains NaN or infinity ({bad.shape[0]} non-finite value(s), first at row "
-            f"{int(bad[0, 0])}); remove or impute them (e.g. sklearn.impute.SimpleImputer)"
-        )
+        raise non_finite_error(tensor, name)
     return tensor
+
+
+def non_finite_error(tensor: torch.Tensor, name: str) -> ValueError:
+    """The error for a 2-D ``tensor`` known to hold NaN or infinity: how many, and the first row."""
+    bad = (~torch.isfinite(tensor)).nonzero()
+    return ValueError(
+        f"{name} contains NaN or infinity ({bad.shape[0]} non-finite value(s), first at row "
+        f"{int(bad[0, 0])}); remove or impute them (e.g. sklearn.impute.SimpleImputer)"
+    )
 
 
 def check_labels(y, n_samples: int, *, name: str = "y") -> np.ndarray:

@@ -126,7 +126,8 @@ def iter_row_chunks(X: torch.Tensor, chunk_rows: int, device: torch.device) -> I
     """
     n = X.shape[0]
     chunk_rows = max(1, min(chunk_rows, n)) if n else 1
-    if same_device(X.device, device) or device.type != "cuda":
+    # one chunk: nothing to overlap its copy with, and staging buffers would cost more than they save
+    if same_device(X.device, device) or device.type != "cuda" or chunk_rows >= n:
         for start in range(0, n, chunk_rows):
             yield start, X[start : start + chunk_rows].to(device)
         return

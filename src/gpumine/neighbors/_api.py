@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from .._validation import check_array, check_n_neighbors, output_kind, to_output
+from .._validation import all_finite, check_array, check_n_neighbors, non_finite_error, output_kind, to_output
 from ..config import resolve_device, working_memory_bytes
 from ..core.distance import check_precision, get_metric
+from ..core.tiles import fits_on_device, same_device
 from ._engine import choose_backend, knn_search
 
 __all__ = ["kneighbors", "tune_knn"]
@@ -14,6 +16,42 @@ __all__ = ["kneighbors", "tune_knn"]
 
 def _common_dtype(*tensors: torch.Tensor) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def _to_device_checked(arrays: dict, device: torch.device):
+    """Validated tensors on a GPU, checked for NaN/inf there; and their largest magnitude.
+
+    ``arrays`` maps parameter names to tensors (the same tensor once). Host data
+    that fits is copied first and checked on the device: one min/max reduction
+    per array tells finiteness (NaN and infinity survive it) and the magnitude
+    the engine's range scaling needs, behind a single host wait. On an H200's
+    host NumPy's isfinite, min and max of the physics search's 12,000 + 32,768
+    rows x 65 took 1.9 ms of a 6.5 ms search. Host data too large to copy is
+    checked on the host; the magnitude is then None (the engine measures it).
+    """
+    moved, extremes = {}, []
+    on_host = False
+    for name, tensor in arrays.items():
+        if not same_device(tensor.device, device):
+            if tensor.device.type != "cpu" or not fits_on_device(3 * tensor.numel() * tensor.element_size(), device):
+                if tensor.numel() and not all_finite(tensor):
+                    raise non_finite_error(tensor, name)
+                moved[name], on_host = tensor, True
+                continue
+            tensor = tensor.to(device)
+        moved[name] = tensor
+        if tensor.numel():
+            extremes.append(torch.stack(torch.aminmax(tensor)))
+    if extremes:
+        low_high = torch.cat(extremes).double().cpu().numpy()  # the one host wait
+        if not np.isfinite(low_high).all():
+            for name, tensor in moved.items():
+                if tensor.device.type != "cpu" and tensor.numel() and not bool(torch.isfinite(tensor).all()):
+                    raise non_finite_error(tensor, name)
+        largest = float(np.abs(low_high).max())
+    else:
+        largest = 0.0
+    return moved, None if on_host else largest
 
 
 def kneighbors(
@@ -93,12 +131,14 @@ def kneighbors(
     >>> kneighbors(X, k=1, device="cpu", return_distance=False).ravel()
     array([1, 3, 1, 1])
     """
-    ref = check_array(X_ref, name="X_ref")
+    dev = resolve_device(device)
+    on_gpu = dev.type == "cuda"  # NaN and infinity are then looked for on the device
+    ref = check_array(X_ref, name="X_ref", allow_nan=on_gpu)
     exclude_self = X_query is None
     if exclude_self:
         query, kind = ref, output_kind(X_ref)
     else:
-        query = check_array(X_query, name="X_query", allow_empty=True)
+        query = check_array(X_query, name="X_query", allow_empty=True, allow_nan=on_gpu)
         kind = output_kind(X_query)
         if query.shape[1] != ref.shape[1]:
             raise ValueError(
@@ -110,7 +150,11 @@ def kneighbors(
     k = check_n_neighbors(k, ref.shape[0], name="k", excluding_self=exclude_self)
     metric_obj = get_metric(metric, p)
     check_precision(precision, dtype)
-    dev = resolve_device(device)
+    magnitude = None
+    if on_gpu:
+        arrays, magnitude = _to_device_checked({"X_ref": ref} if exclude_self else {"X_ref": ref, "X_query": query}, dev)
+        ref = arrays["X_ref"]
+        query = ref if exclude_self else arrays["X_query"]
     backend = choose_backend(backend, dev, metric_obj, dtype, k, ref.shape[0])
     result_device = kind.device if kind.kind == "torch" else torch.device("cpu")
     scores, index = knn_search(
@@ -126,6 +170,7 @@ def kneighbors(
         backend=backend,
         as_distance=True,
         precision=precision,
+        magnitude=magnitude,
     )
     index_out = to_output(index, kind)
     if not return_distance:

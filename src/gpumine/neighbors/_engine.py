@@ -55,15 +55,33 @@ _FUSED_QUERY_ROWS = 1 << 20
 _FUSED_MARGIN = {"exact": 1, "tf32": 4, "bf16": 8}
 
 
-def fused_candidate_count(k: int, n_ref: int, precision: str = "exact") -> int:
+# Searches of at most this many (query, reference) pairs keep twice the candidates: a retry
+# round (a host wait and ~100 launches, ~2 ms even for one row) costs more than the wider
+# list. On an H200 (2026-11-21), k = 7 with 16 instead of 8 candidates: physics 12,000 x
+# 32,768 x 65 on the device 3.4 vs 5.5 ms (no row retried vs one); but 1M x 32,768 x 8 30.9
+# vs 29.2 ms and all-kNN of 262,144 x 64 139.6 vs 130.5 ms (no row retried vs 1,718 and
+# 1,849), all-kNN of 262,144 x 8 39.4 vs 41.1 ms (vs 820 retried).
+_FUSED_WIDE_MAX_PAIRS = 1 << 33
+
+
+def fused_candidate_count(k: int, n_ref: int, precision: str = "exact", n_query: int | None = None) -> int:
     """The fused kernel keeps a power of two of candidates, at least k + 1.
 
     A smaller margin than the torch path's: every kept candidate costs the
     kernel registers and insertions, the (k+1)-th best is enough for the
-    certificate on continuous data, and an uncertified row is still answered
-    exactly by the retry. Reduced precisions keep 4x (tf32) or 8x (bf16) more.
+    certificate on most rows of continuous data, and an uncertified row is
+    still answered exactly by the retry. Reduced precisions keep 4x (tf32) or
+    8x (bf16) more, and searches of up to ``_FUSED_WIDE_MAX_PAIRS`` pairs
+    (``n_query`` given) twice as many, where a retry round costs more than
+    the wider list.
     """
-    return max(2, 1 << (min(n_ref, _FUSED_MARGIN[precision] * (k + 1)) - 1).bit_length())
+    margin = _FUSED_MARGIN[precision]
+    count = max(2, 1 << (min(n_ref, margin * (k + 1)) - 1).bit_length())
+    if n_query is not None and n_query * n_ref <= _FUSED_WIDE_MAX_PAIRS:
+        wide = max(2, 1 << (min(n_ref, 2 * margin * (k + 1)) - 1).bit_length())
+        if wide <= MAX_FUSED_CANDIDATES:  # else the register budget allows only the usual list
+            count = wide
+    return count
 
 
 # the kernel's dot-product arithmetic for each search precision (see core.triton.knn)
@@ -121,8 +139,11 @@ def choose_backend(backend, device: torch.device, metric: Metric, dtype: torch.d
 _SAFE_MAGNITUDE = 2.0**40
 
 
-def _range_scale(ref: torch.Tensor, query: torch.Tensor) -> float | None:
-    """A power of two that brings the data's largest magnitude near 1, or None when it is safe as is."""
+def _range_scale(ref: torch.Tensor, query: torch.Tensor, largest: float | None = None) -> float | None:
+    """A power of two that brings the data's largest magnitude near 1, or None when it is safe as is.
+
+    ``largest``: the largest absolute value of both, when the caller knows it.
+    """
     def magnitude(X: torch.Tensor) -> float:  # min and max: no |X| copy of possibly huge host data
         if X.device.type == "cpu":  # NumPy's are ~20x faster than torch.aminmax on the host
             values = X.detach().numpy()
@@ -130,9 +151,10 @@ def _range_scale(ref: torch.Tensor, query: torch.Tensor) -> float | None:
         low, high = torch.aminmax(X)
         return max(-float(low), float(high))
 
-    largest = magnitude(ref) if ref.numel() else 0.0
-    if query is not ref and query.numel():
-        largest = max(largest, magnitude(query))
+    if largest is None:
+        largest = magnitude(ref) if ref.numel() else 0.0
+        if query is not ref and query.numel():
+            largest = max(largest, magnitude(query))
     if largest == 0.0 or 1.0 / _SAFE_MAGNITUDE <= largest <= _SAFE_MAGNITUDE:
         return None
     return 2.0 ** (-round(math.log2(largest)))
@@ -315,6 +337,7 @@ def knn_search(
     backend: str = "torch",
     as_distance: bool = False,
     precision: str = "exact",
+    magnitude: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact k nearest references of every query row.
 
@@ -330,11 +353,13 @@ def knn_search(
     power of two first (exact) and the results scaled back. ``precision``
     (``"exact"``, ``"tf32"``, ``"bf16"``) is the arithmetic of the candidate
     phase's products; the re-rank and certificate keep results exact in all.
+    ``magnitude``: the largest absolute value in ``ref`` and ``query`` when the
+    caller has it (saves a pass over the data).
     """
     n_query, d = query.shape
     n_ref = ref.shape[0]
     dtype = ref.dtype
-    scale = _range_scale(ref, query)
+    scale = _range_scale(ref, query, magnitude)
     if scale is not None:
         same = query is ref
         ref = ref * scale
@@ -362,7 +387,7 @@ def knn_search(
     direct = fused and _scores_directly(metric, d)
     if fused:
         precision = fused_precision
-        c = fused_candidate_count(k, n_ref, precision)
+        c = fused_candidate_count(k, n_ref, precision, n_query)
     plan = retry_plan = plan_tiles(n_query, n_ref, d, c, ref.element_size(), budget_bytes)
     if fused:
         # the fused kernel keeps only (queries x c) candidates and no tile: one block holds
@@ -370,7 +395,7 @@ def knn_search(
         plan = TilePlan(query_rows=min(n_query, _FUSED_QUERY_ROWS), ref_rows=n_ref if _fits_resident(ref, device) else plan.ref_rows,
                         budget_bytes=budget_bytes)
     refs = _References(ref, metric, plan.ref_rows, device)
-    retry_refs = None  # retries run the torch selection, on its own (narrower) reference tiles
+    retry_refs = None  # retries on the torch selection run on its own (narrower) reference tiles
     n_fallback = n_retried = 0
     n_blocks = -(-n_query // plan.query_rows)
     with Progress(total=n_blocks, desc="kneighbors", verbose=verbose) as bar:
@@ -382,23 +407,37 @@ def knn_search(
                 c_tried = 0  # no candidate list yet: rows with tied scores start from the usual c
             else:
                 if fused:
-                    cand_scores, cand_index = _candidates_fused(Q, Qp, refs, q0, c, exclude_self, precision)
+                    cand_scores, cand_index, cth = _candidates_fused(Q, Qp, refs, ids, c, exclude_self, precision)
                 else:
                     cand_scores, cand_index = _candidates(Qp, refs, ids, c, exclude_self, precision)
-                scores, index, certified = _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, ids, exclude_self,
+                    cth = cand_scores.amax(1)
+                scores, index, certified = _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, ids, exclude_self,
                                                    plan, direct=direct, precision=precision)
                 failed = (~certified).nonzero().squeeze(1)
                 c_tried = c
-            # rows the certificate could not settle (exact ties or duplicates around the
-            # k-th place): retry with 8x the candidates, then scan exactly as a last resort
-            if failed.numel() and retry_refs is None:
-                retry_refs = refs if retry_plan.ref_rows == plan.ref_rows else _References(ref, metric, retry_plan.ref_rows, device)
+            # rows the certificate could not settle (close calls, exact ties or duplicates
+            # around the k-th place): retry with 8x the candidates, then scan exactly
             while failed.numel():
-                c_retry = min(n_ref, 8 * c_tried if c_tried else c, _MAX_RETRY_CANDIDATES)
+                on_kernel = fused and refs.rows_per_tile >= n_ref
+                growth = FUSED_RETRY_GROWTH if on_kernel and c_tried == c else 8
+                c_retry = min(n_ref, growth * c_tried if c_tried else c, _MAX_RETRY_CANDIDATES)
                 if c_retry <= c_tried:  # no wider list left to try
                     break
                 c_tried = c_retry
                 n_retried += failed.numel()
+                if on_kernel and c_retry <= MAX_FUSED_CANDIDATES:
+                    # on the kernel, all rows in one launch: on an H200 the torch selection's
+                    # (rows x references) tiles and top-k took ~5 ms of a 25 ms 1M-query search
+                    Qf, Qpf = Q[failed], _take_rows(Qp, failed)
+                    _, ci, cth_f = _candidates_fused(Qf, Qpf, refs, ids[failed], c_retry, exclude_self, precision)
+                    f_scores, f_index, ok = _rerank(Qf, Qpf, cth_f, ci, refs, metric, k, c_retry, n_ref, ids[failed], exclude_self,
+                                                    plan, direct=direct, precision=precision)
+                    settled = failed[ok]
+                    scores[settled], index[settled] = f_scores[ok], f_index[ok]
+                    failed = failed[~ok]
+                    continue
+                if retry_refs is None:
+                    retry_refs = _retry_references(refs, ref, retry_plan, plan, metric, device)
                 # more candidates per row: fewer rows at a time, so the tile stays in budget
                 step = max(1, plan.budget_bytes // tile_bytes(1, retry_plan.ref_rows, d, c_retry, Q.element_size()))
                 still_failed = []
@@ -406,13 +445,15 @@ def knn_search(
                     rows = failed[s0 : s0 + step]
                     Qf, Qpf = Q[rows], _take_rows(Qp, rows)
                     cs, ci = _candidates(Qpf, retry_refs, ids[rows], c_retry, exclude_self, precision)
-                    f_scores, f_index, ok = _rerank(Qf, Qpf, cs, ci, retry_refs, metric, k, c_retry, n_ref, ids[rows], exclude_self,
+                    f_scores, f_index, ok = _rerank(Qf, Qpf, cs.amax(1), ci, retry_refs, metric, k, c_retry, n_ref, ids[rows], exclude_self,
                                                     plan, precision=precision)
                     settled = rows[ok]
                     scores[settled], index[settled] = f_scores[ok], f_index[ok]
                     still_failed.append(rows[~ok])
                 failed = torch.cat(still_failed)
             if failed.numel():
+                if retry_refs is None:
+                    retry_refs = _retry_references(refs, ref, retry_plan, plan, metric, device)
                 n_fallback += failed.numel()
                 f_scores, f_index = _exact_scan(Q[failed], ids[failed], retry_refs, metric, k, exclude_self, plan.budget_bytes)
                 scores[failed] = f_scores
@@ -435,6 +476,15 @@ def knn_search(
 
 
 _MAX_RETRY_CANDIDATES = 16384
+# How much the first retry on the fused kernel widens the candidate list (later ones: 8x). A
+# retry's cost grows with the list: on an H200 (2026-11-21) 1,718 rows of 1M x 32,768 x 8 took
+# 29.2 ms in all at 2x against 29.8 ms at 8x, 820 rows of all-kNN 262,144 x 8 41.1 vs 45.1 ms.
+FUSED_RETRY_GROWTH = 2
+
+
+def _retry_references(refs: _References, ref: torch.Tensor, retry_plan: TilePlan, plan: TilePlan, metric: Metric, device):
+    """References for the torch selection's retries: its own (narrower) tiles where they differ."""
+    return refs if retry_plan.ref_rows == plan.ref_rows else _References(ref, metric, retry_plan.ref_rows, device)
 
 
 # references sampled to set each query's threshold in _within_threshold_topk
@@ -544,8 +594,12 @@ def _candidates(Qp: dict, refs: _References, query_ids: torch.Tensor, c: int, ex
     return values, index
 
 
-def _candidates_fused(Q, Qp, refs: _References, q0: int, c: int, exclude_self: bool, precision: str = "exact"):
-    """The Triton twin of :func:`_candidates` (same contract, one launch per reference tile).
+def _candidates_fused(Q, Qp, refs: _References, query_ids: torch.Tensor, c: int, exclude_self: bool, precision: str = "exact"):
+    """The Triton twin of :func:`_candidates`, one launch per reference tile: ``(scores, index, cth)``.
+
+    ``cth`` is, per query, a score that every reference left out reaches (the
+    largest kept score, or with unmerged split lists the least of the splits'
+    largest), which is what the certificate needs.
 
     Manhattan, and L2 at up to ``DIRECT_L2_MAX_FEATURES`` features, are scored
     from raw rows by direct differences; L2, cosine and inner product otherwise
@@ -562,33 +616,77 @@ def _candidates_fused(Q, Qp, refs: _References, q0: int, c: int, exclude_self: b
     # a generator: streamed references must not all be on the device at once
     tiles = refs.raw_tiles() if direct else ((r0, R["rows"]) for r0, R in refs.prepared_tiles())
     kernel_precision = _KERNEL_PRECISION[precision]
-    if refs.resident and refs.rows_per_tile >= refs.data.shape[0] and refs.metric.name in _CURVE_METRICS:
+    # split lists side by side rather than merged (~30 launches) while re-ranking them stays cheap
+    merge_splits = c > _UNMERGED_MAX_CANDIDATES
+    one_tile = refs.resident and refs.rows_per_tile >= refs.data.shape[0]
+    if one_tile and _curve_applies(refs.metric, Q.shape[1], Q.shape[0]):
         order = refs.curve_order()
         R = next(tiles)[1][order.perm]
         bias = None
         if split_bias:
             R, bias = R[:, :-1], R[:, -1].contiguous()
         q_perm, anchors = order.place(Q)
-        self_cols = order.inverse[q_perm + q0] if exclude_self else None
+        self_cols = order.inverse[query_ids[q_perm]] if exclude_self else None
         v, i = fused_candidates(queries[q_perm], R, c, metric_name=refs.metric.name, prepared=not direct,
-                                precision=kernel_precision, ref_bias=bias, self_cols=self_cols, anchors=anchors)
+                                precision=kernel_precision, ref_bias=bias, self_cols=self_cols, anchors=anchors,
+                                merge_splits=merge_splits)
         values, index = torch.empty_like(v), torch.empty_like(i)
         values[q_perm] = v
         index[q_perm] = torch.where(i >= 0, order.perm[i.clamp(min=0)], i)
-        return values, index
+        return values, index, _reached_by_excluded(values, c)
+    if one_tile:
+        R = next(tiles)[1]
+        bias = None
+        if split_bias:
+            R, bias = R[:, :-1], R[:, -1].contiguous()
+        values, index = fused_candidates(queries, R, c, metric_name=refs.metric.name, prepared=not direct,
+                                         self_cols=query_ids if exclude_self else None, precision=kernel_precision, ref_bias=bias,
+                                         merge_splits=merge_splits)
+        return values, index, _reached_by_excluded(values, c)
     values = index = None
     for r0, R in tiles:
         bias = None
         if split_bias:
             R, bias = R[:, :-1], R[:, -1]
         v, i = fused_candidates(queries, R, c, metric_name=refs.metric.name, prepared=not direct, ref_offset=r0,
-                                exclude_self=exclude_self, self_offset=q0, precision=kernel_precision, ref_bias=bias)
+                                self_cols=query_ids - r0 if exclude_self else None, precision=kernel_precision, ref_bias=bias)
         values, index = (v, i) if values is None else _keep_best(values, index, v, i, c)
-    return values, index
+    return values, index, values.amax(1)
+
+
+# Candidates per query up to which the fused kernel's split lists go to the re-rank unmerged.
+# Splits exist only for small query sets (about four programs per SM), so the extra exact
+# scores number about 4 SMs x block_m x c in all: ~0.27M at c = 8 on an H200, cheaper than
+# the merge's launches; at c = 256 they would be ~9M.
+_UNMERGED_MAX_CANDIDATES = 32
+
+
+def _reached_by_excluded(values: torch.Tensor, c: int) -> torch.Tensor:
+    """Per row, a score every excluded reference reaches: the least of the blocks' largest kept scores.
+
+    ``values`` holds one or more ``C``-wide candidate blocks side by side (``C``: the
+    kernel's power of two, at least ``c``), each block one reference split's best.
+    """
+    C = max(2, 1 << (c - 1).bit_length())
+    if values.shape[1] <= C:
+        return values.amax(1)
+    return values.view(values.shape[0], -1, C).amax(2).amin(1)
 
 
 # metrics whose neighbours are near in the raw coordinates, so a curve order of the raw rows helps
 _CURVE_METRICS = ("euclidean", "sqeuclidean", "manhattan")
+# The curve order costs ~60 small launches and two sorts (~1 ms on the host), which pays where
+# the kernel's insertions are a large share (few features) or the search is large. On an H200
+# (2026-11-21): physics 12,000 x 32,768 x 65 on the device 4.2 ms in index order vs 5.5 ms in
+# curve order; all-kNN of 262,144 points 136 vs 141 ms at d = 64, 158 vs 160 ms at d = 65.
+# Module values, so benchmarks can compare both orders in one run.
+CURVE_MAX_FEATURES = 16
+CURVE_MIN_QUERIES = 1 << 16
+
+
+def _curve_applies(metric: Metric, d: int, n_query: int) -> bool:
+    """Whether a one-tile fused search visits references in curve order (:class:`_CurveOrder`)."""
+    return metric.name in _CURVE_METRICS and (d <= CURVE_MAX_FEATURES or n_query >= CURVE_MIN_QUERIES)
 
 
 class _CurveOrder:
@@ -608,6 +706,13 @@ class _CurveOrder:
         self.dims = torch.argsort(hi - lo, descending=True)[: min(data.shape[1], _CURVE_MAX_DIMS)]
         self.bits = max(1, min(10, 62 // len(self.dims)))
         self.lo, self.span = lo[self.dims], (hi - lo)[self.dims].clamp(min=torch.finfo(data.dtype).tiny)
+        # each level's bits spread to every len(dims)-th position: a feature's part of a code is
+        # one lookup (no (rows x dims x bits) temporaries: ~1.3 ms of a 1M-query search on an H200)
+        dims = len(self.dims)
+        levels = torch.arange(1 << self.bits, device=data.device)
+        shifts = torch.arange(self.bits, device=data.device)
+        self._spread = (((levels[:, None] >> shifts) & 1) << (shifts * dims)).sum(1)
+        self._offsets = dims - 1 - torch.arange(dims, device=data.device)
         codes = self.codes(data)
         self.sorted_codes, self.perm = torch.sort(codes, stable=True)
         self.inverse = torch.empty_like(self.perm)
@@ -617,11 +722,8 @@ class _CurveOrder:
         levels = 1 << self.bits
         q = ((X[:, self.dims] - self.lo) / self.span * levels).floor().clamp(0, levels - 1).long()
         # bit b of feature j goes to position b * dims + (dims - 1 - j): highest bits first
-        shifts = torch.arange(self.bits, device=X.device)
-        planes = (q[:, :, None] >> shifts) & 1  # (n, dims, bits)
-        dims = len(self.dims)
-        position = shifts[None, :] * dims + (dims - 1 - torch.arange(dims, device=X.device))[:, None]
-        return (planes << position).sum((1, 2))
+        # (disjoint bits, so the sum is their OR)
+        return (self._spread[q] << self._offsets).sum(1)
 
     def place(self, Q: torch.Tensor):
         """Queries in curve order (``perm``), and each one's position among the references."""
@@ -646,17 +748,18 @@ def _scores_directly(metric: Metric, d: int) -> bool:
 DIRECT_L2_MAX_FEATURES = 3
 
 
-def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids, exclude_self, plan, direct=False,
+def _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, query_ids, exclude_self, plan, direct=False,
             precision="exact"):
     """Exact scores of the candidates, the best k by (score, index), and which rows are certified.
 
-    ``direct``: the candidate scores are direct-difference sums (the fused
-    kernel's low-dimensional L2), whose error bound is relative to the score.
+    ``cth``: per row, a candidate-phase score that every reference left out
+    reaches. ``direct``: the candidate scores are direct-difference sums (the
+    fused kernel's low-dimensional L2), whose error bound is relative to the score.
     """
     q, d = Q.shape
     # exact per-pair scores of the candidates, in query sub-blocks that fit the budget
     itemsize = Q.element_size()
-    sub = max(1, min(q, plan.budget_bytes // max(1, 3 * c * (d + 4) * itemsize)))
+    sub = max(1, min(q, plan.budget_bytes // max(1, 3 * cand_index.shape[1] * (d + 4) * itemsize)))
     scores = torch.empty((q, k), dtype=Q.dtype, device=Q.device)
     index = torch.empty((q, k), dtype=torch.int64, device=Q.device)
     for s in range(0, q, sub):
@@ -674,7 +777,6 @@ def _rerank(Q, Qp, cand_scores, cand_index, refs, metric, k, c, n_ref, query_ids
     # ties included (in float64, so the test itself does not round). An infinite or NaN largest
     # candidate can only come from overflow (padding means every reference is a candidate,
     # handled below), so it must not certify a row.
-    cth = cand_scores.amax(1)
     if direct:  # direct sums are exact scores up to rounding: no offset
         low, offset, offset_error = metric.relative_bounds(d, cth, cth)[0], 0.0, 0.0
     else:

@@ -26,8 +26,10 @@ operands split on the host (:func:`split_tf32x3`) where that reads fewer
 columns (:func:`split_form_width`), else as Triton's three in-kernel products.
 
 Small query sets are split over references as well (``splits`` programs per
-query block, each keeping its own ``C`` best) and merged afterwards, so the
-GPU is filled when there are few queries (the 12,000-query physics case).
+query block, each keeping its own ``C`` best), so the GPU is filled when there
+are few queries (the 12,000-query physics case); the split lists are merged
+afterwards, or handed over side by side (``merge_splits=False``) to a caller
+whose exact re-rank sorts them anyway.
 
 The torch twin is ``gpumine.neighbors._engine._candidates``: both return, per
 query, ``C`` candidates whose excluded references all score at least the
@@ -351,6 +353,7 @@ def fused_candidates(
     ref_bias: torch.Tensor | None = None,
     self_cols: torch.Tensor | None = None,
     anchors: torch.Tensor | None = None,
+    merge_splits: bool = True,
 ):
     """Best ``C >= c`` candidates of every query among the rows of ``R``, in one launch.
 
@@ -394,6 +397,12 @@ def fused_candidates(
         The first two are float32-accurate; ``"tf32"`` (one TF32 product) and
         ``"bf16"`` (bfloat16 operands) are faster and less accurate: the engine
         bounds their error (``Metric.bounds(precision=...)``).
+
+    merge_splits : bool
+        With ``False`` the lists of the reference splits come back side by side,
+        ``(n_query, splits * C)``, each ``C`` wide block ascending: every
+        reference left out scores at least the largest entry of its own block.
+        Saves the merge's ~30 small launches where the caller re-ranks anyway.
 
     Returns
     -------
@@ -482,7 +491,7 @@ def fused_candidates(
             ROTATE=first_tiles is not None, C=C, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
             PRECISION=precision, num_warps=num_warps,
         )
-        if n_splits > 1:
+        if n_splits > 1 and merge_splits:
             scores, index = topk_by_score_then_index(scores, index, C)
         return scores, index
 
