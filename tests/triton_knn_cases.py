@@ -448,3 +448,54 @@ def test_search_with_unmerged_reference_splits_equals_the_torch_twin(kind):
                           result_device=dev, backend="torch")
         assert stats["selection"] == "fused"
         assert torch.equal(fused[1], twin[1]) and torch.equal(fused[0], twin[0])
+
+
+def _candidate_lists(n, width, n_ref, seed, pad_share=0.15):
+    g = torch.Generator().manual_seed(seed)
+    index = torch.stack([torch.randperm(n_ref, generator=g)[:width] for _ in range(n)]) if n else torch.empty((0, width), dtype=torch.int64)
+    pad = torch.rand(index.shape, generator=g) < pad_share
+    return torch.where(pad, torch.full_like(index, -1), index).to(DEVICE)
+
+
+@pytest.mark.parametrize("metric,d", [("euclidean", 1), ("sqeuclidean", 5), ("manhattan", 3), ("euclidean", 16)])
+@pytest.mark.parametrize("width,k", [(8, 7), (13, 13), (32, 5), (64, 20)])
+@pytest.mark.parametrize("own", [False, True])
+def test_rerank_kernel_scores_and_selects_as_the_torch_twin_bit_for_bit(metric, d, width, k, own):
+    from gpumine.core.triton.rerank import rerank_select, rerank_select_torch
+
+    n, n_ref = 37 * SCALE, 90
+    RT = torch.from_numpy(_data("integer", n_ref, d, 51).T.copy()).to(DEVICE)  # tied scores
+    RT[0, 4] = -0.0
+    Q = torch.from_numpy(_data("integer", n, d, 52)).to(DEVICE)
+    index = _candidate_lists(n, width, n_ref, 53)
+    mine = index[:, 0].clamp(min=0).contiguous() if own else None
+    kw = dict(Q=Q, RT=RT, metric_name=metric, own=mine)
+    got, twin = rerank_select(index, k, **kw), rerank_select_torch(index, k, **kw)
+    assert torch.equal(got[1], twin[1])
+    assert torch.equal(got[0].view(torch.int32), twin[0].view(torch.int32))
+    if own:
+        assert not (got[1] == mine[:, None]).any()
+
+
+def test_rerank_kernel_with_given_scores_orders_nan_zero_signs_and_padding_as_the_twin():
+    from gpumine.core.triton.rerank import rerank_select, rerank_select_torch
+
+    n, width = 29, 24
+    index = _candidate_lists(n, width, 500, 54, pad_share=0.3)
+    g = torch.Generator().manual_seed(55)
+    scores = (torch.randn((n, width), generator=g) * 4).round().to(DEVICE)  # many equal scores
+    scores[0, :3] = torch.tensor([float("nan"), -0.0, 0.0])
+    scores[1] = float("inf")
+    for k in (1, 10, width):
+        got, twin = rerank_select(index, k, scores=scores), rerank_select_torch(index, k, scores=scores)
+        assert torch.equal(got[1], twin[1])
+        assert torch.equal(got[0].view(torch.int32), twin[0].view(torch.int32))
+    empty = rerank_select(index[:0], 3, scores=scores[:0])
+    assert empty[0].shape == (0, 3) and empty[1].shape == (0, 3)
+    with pytest.raises(ValueError, match="k must be between 1 and the 24"):
+        rerank_select(index, 25, scores=scores)
+    with pytest.raises(ValueError, match="exceed the kernel's 64"):
+        wide = _candidate_lists(3, 65, 500, 56)
+        rerank_select(wide, 3, scores=torch.zeros(wide.shape, device=DEVICE))
+    with pytest.raises(ValueError, match="pass scores"):
+        rerank_select(index, 3, metric_name="cosine")

@@ -32,6 +32,8 @@ from ..core.select import PAD_INDEX, merge_topk, topk_by_score_then_index, topk_
 from ..core.tiles import TilePlan, fits_on_device, iter_row_chunks, plan_tiles, same_device, tile_bytes
 from ..core.triton.exact_tile import EXACT_TILE_MAX_FEATURES, EXACT_TILE_METRICS, exact_tile_scores, scores_within
 from ..core.triton.knn import FUSED_METRICS, MAX_FUSED_CANDIDATES, fused_candidates
+from ..core.triton.rerank import (RERANK_KERNEL_AVAILABLE, RERANK_MAX_FEATURES, RERANK_MAX_WIDTH, RERANK_SCORED_METRICS,
+                                  rerank_select)
 
 __all__ = ["knn_search", "candidate_count", "fused_unsupported", "choose_backend"]
 
@@ -412,7 +414,7 @@ def knn_search(
                     cand_scores, cand_index = _candidates(Qp, refs, ids, c, exclude_self, precision)
                     cth = cand_scores.amax(1)
                 scores, index, certified = _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, ids, exclude_self,
-                                                   plan, direct=direct, precision=precision)
+                                                   plan, direct=direct, precision=precision, on_kernel=fused)
                 failed = (~certified).nonzero().squeeze(1)
                 c_tried = c
             # rows the certificate could not settle (close calls, exact ties or duplicates
@@ -431,7 +433,7 @@ def knn_search(
                     Qf, Qpf = Q[failed], _take_rows(Qp, failed)
                     _, ci, cth_f = _candidates_fused(Qf, Qpf, refs, ids[failed], c_retry, exclude_self, precision)
                     f_scores, f_index, ok = _rerank(Qf, Qpf, cth_f, ci, refs, metric, k, c_retry, n_ref, ids[failed], exclude_self,
-                                                    plan, direct=direct, precision=precision)
+                                                    plan, direct=direct, precision=precision, on_kernel=True)
                     settled = failed[ok]
                     scores[settled], index[settled] = f_scores[ok], f_index[ok]
                     failed = failed[~ok]
@@ -749,12 +751,15 @@ DIRECT_L2_MAX_FEATURES = 3
 
 
 def _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, query_ids, exclude_self, plan, direct=False,
-            precision="exact"):
+            precision="exact", on_kernel=False):
     """Exact scores of the candidates, the best k by (score, index), and which rows are certified.
 
     ``cth``: per row, a candidate-phase score that every reference left out
     reaches. ``direct``: the candidate scores are direct-difference sums (the
     fused kernel's low-dimensional L2), whose error bound is relative to the score.
+    ``on_kernel``: a Triton search, whose selection (and at few features the
+    exact scoring) runs as one launch (:mod:`gpumine.core.triton.rerank`),
+    with the torch path's results bit for bit.
     """
     q, d = Q.shape
     # exact per-pair scores of the candidates, in query sub-blocks that fit the budget
@@ -762,8 +767,20 @@ def _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, query_ids, exclud
     sub = max(1, min(q, plan.budget_bytes // max(1, 3 * cand_index.shape[1] * (d + 4) * itemsize)))
     scores = torch.empty((q, k), dtype=Q.dtype, device=Q.device)
     index = torch.empty((q, k), dtype=torch.int64, device=Q.device)
+    select_on_kernel = (on_kernel and RERANK_KERNEL_AVAILABLE and Q.dtype == torch.float32
+                        and cand_index.shape[1] <= RERANK_MAX_WIDTH)
+    score_on_kernel = (select_on_kernel and refs.resident and metric.name in RERANK_SCORED_METRICS
+                       and metric.sums_by_feature(d) and d <= RERANK_MAX_FEATURES)
     for s in range(0, q, sub):
         ci = cand_index[s : s + sub]
+        if select_on_kernel:
+            own = query_ids[s : s + sub] if exclude_self else None
+            if score_on_kernel:
+                v, i = rerank_select(ci, k, Q=Q[s : s + sub], RT=refs._feature_major(), metric_name=metric.name, own=own)
+            else:
+                v, i = rerank_select(ci, k, scores=refs.exact_scores(Q[s : s + sub], ci), own=own)
+            scores[s : s + sub], index[s : s + sub] = v, i
+            continue
         exact = refs.exact_scores(Q[s : s + sub], ci)
         invalid = ci < 0
         if exclude_self:
