@@ -1245,9 +1245,8 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         cod = codes.cpu().numpy()
         d = cod.shape[1]
         codf = cod.reshape(-1)
-        yh = y.cpu().numpy().astype(np.int64)
+        yh = y.cpu().numpy().astype(np.int64, copy=False)
         n = yh.shape[0]
-        w0 = np.ones(n) if w is None else w.cpu().numpy().astype(np.float64)
         # numeric split: the last level code of the left branch at the real threshold (as J48's C45Split)
         thrl = np.full(NN, -1, dtype=np.int64)
         inner0 = np.flatnonzero(T.nchild[:NN] > 0)
@@ -1557,19 +1556,20 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                     off[m] += size[f[m] + b]
             return pre, pre + size, levels
 
-        def row_leaves(levels):
-            """The leaf of every row in the (collapsed) tree: from the growth's deepest node of each row, else routed."""
+        def row_leaves(levels, of):
+            """``of[leaf]`` for the leaf of every row in the (collapsed) tree: from the growth's deepest node of each
+            row, else routed."""
             row_node = getattr(self, "_row_node", None)
             if row_node is not None and row_node.shape[0] == n:
                 reach = np.zeros(NN, dtype=bool)
                 reach[np.concatenate(levels)] = True
                 top = np.arange(NN)
                 # node ids grow with depth: a node cut off by collapsing ends where its nearest kept ancestor does
-                dep = T.depth[:NN]
-                for dd in range(1, int(dep.max()) + 1 if NN else 0):
-                    x = np.flatnonzero((dep == dd) & ~reach)
+                cut = np.flatnonzero(~reach)
+                dep = T.depth[cut]
+                for x in np.split(cut, np.flatnonzero(dep[1:] != dep[:-1]) + 1):
                     top[x] = top[T.parent[x]]
-                return top[row_node.cpu().numpy()]
+                return of[top][row_node.cpu().numpy()]
             leaf = np.empty(n, dtype=np.int64)
             r, nd = np.arange(n), np.zeros(n, dtype=np.int64)
             while r.size:
@@ -1579,18 +1579,15 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                 a = T.attr[nd]
                 c = codf[r * d + a]
                 nd = T.first[nd] + np.where(nominal[a], c, c > thrl[nd])
-            return leaf
+            return of[leaf]
 
         def ranges(X):
             return below[pre[X]], below[end[X]]
 
-        def recount_below(R, lo, hi):
+        def recount_below(R, lo, rows, size, first_slot, slot):
             """Recount ``below`` within the pre-order numbers of the raised subtrees ``R`` (disjoint, in row order),
-            whose rows ``lo .. hi - 1`` have new keys; at the two ends of each subtree's numbers it is unchanged."""
-            size = end[R] - pre[R]
-            rows = hi - lo
-            first_slot = np.cumsum(size) - size
-            slot = key[segments(lo, rows)] - np.repeat(pre[R] - first_slot, rows)
+            whose rows ``lo .. lo + rows - 1`` have new keys, given as ``slot``s (see the raising); at the two ends
+            of each subtree's numbers it is unchanged."""
             counted = np.cumsum(np.bincount(slot, minlength=int(size.sum())))
             inside = size - 1
             below[segments(pre[R] + 1, inside)] = (np.repeat(lo - (np.cumsum(rows) - rows), inside)
@@ -1600,14 +1597,22 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
 
         def segments(lo, ln):
             """The positions ``lo[i] .. lo[i] + ln[i] - 1``, one range after the other."""
-            return np.repeat(lo - np.cumsum(ln) + ln, ln) + np.arange(int(ln.sum()))
+            return np.repeat(lo - np.cumsum(ln) + ln, ln) + arange(int(ln.sum()))
 
-        def row_sums(D):
-            """``D.sum(1)``, several times faster for short rows (whole numbers: exact in any order)."""
-            return np.einsum("ij->i", D)
+        ar = np.arange(0)
+
+        def arange(m):
+            """``np.arange(m)``: a view of one range, grown as needed (numbers 0 .. m - 1 are asked for many times)."""
+            nonlocal ar
+            if ar.size < m:
+                ar = np.arange(max(m, 2 * ar.size))
+            return ar[:m]
 
         def branch_sums(P, vals):
             """Per node of ``P``, the rows ``vals[child]`` of its children added up (whole numbers: exact)."""
+            if binary:
+                f = T.first[P]
+                return vals[f] + vals[f + 1]
             k, f = T.nchild[P], T.first[P]
             acc = np.zeros((P.size,) + vals.shape[1:])
             for b in range(int(k.max()) if P.size else 0):
@@ -1618,22 +1623,36 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         touched = np.zeros(NN, dtype=bool)
         is_big, on_path = np.zeros(NN, dtype=bool), np.zeros(NN, dtype=bool)
 
-        def route_down(seg, start):
-            """The leaf reached by each of the rows ``seg`` (positions in the row order) from the nodes ``start``.
+        def route_down(seg, start, depth):
+            """The leaf reached by each of the rows ``seg`` (positions in the row order) from the nodes ``start``,
+            none of whose subtrees is more than ``depth`` levels deep.
 
             Tens of millions of row steps on large trees, so a step does only what it needs: it reads
-            the node's first child (-1 at a leaf), attribute and left branch's last code from tables of
-            the current tree (``step_*``, kept in step with it) and a row's code straight from the
-            codes in row order; rows that reach a leaf write it by row (``rowleaf``) and are dropped by
-            one index list.
+            the node's first child, attribute and left branch's last code from tables of the current
+            tree (``step_*``, kept in step with it) and a row's code straight from the codes in row
+            order. A leaf leads to itself there (its own first child, a test no code passes), so rows
+            that reached one may take more steps: the rows take ``ROUTE_STRIDE`` steps between drops of
+            those at leaves (a drop costs about as much as a step), and none once ``depth`` steps were
+            taken. Dropped rows write their leaf by row (``rowleaf``).
             """
             if not seg.size:
                 return np.zeros(0, dtype=np.int64)
             at = seg * d
             nd = start
             while True:
-                f = step_first[nd]
-                lf = f < 0
+                for _ in range(min(ROUTE_STRIDE, depth)):
+                    c = codes_flat[at + step_attr[nd]]
+                    if not any_nominal:
+                        nd = step_first[nd] + (c > step_thr[nd])
+                    elif not any_numeric:
+                        nd = step_first[nd] + (c & step_thr[nd])
+                    else:
+                        nd = step_first[nd] + np.where(step_nom[nd], c, c > step_thr[nd])
+                depth -= ROUTE_STRIDE
+                if depth <= 0:
+                    rowleaf[at // d] = nd
+                    return rowleaf[seg]
+                lf = step_first[nd] == nd
                 done = np.flatnonzero(lf)
                 if done.size:
                     if done.size == nd.size:
@@ -1641,14 +1660,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                         return rowleaf[seg]
                     rowleaf[at[done] // d] = nd[done]
                     go = np.flatnonzero(~lf)
-                    at, nd, f = at[go], nd[go], f[go]
-                c = codes_flat[at + step_attr[nd]]
-                if not any_nominal:
-                    nd = f + (c > step_thr[nd])
-                elif not any_numeric:
-                    nd = f + c
-                else:
-                    nd = f + np.where(step_nom[nd], c, c > step_thr[nd])
+                    at, nd = at[go], nd[go]
 
         def distinct(nd):
             """The distinct node ids of ``nd`` in no particular order, in time linear in ``nd`` (not in the tree
@@ -1657,10 +1669,11 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             slotmap[nd] = pos
             return nd[slotmap[nd] == pos]
 
-        def decide(e_leaf, e_tree, e_branch):
-            """J48's choice for nodes with these estimates: (to a leaf, kept); neither: the largest branch is raised."""
-            to_leaf = (e_leaf - (e_tree + 0.1) < _SMALL) & (e_leaf - (e_branch + 0.1) < _SMALL)
-            keep = ~to_leaf & ~(e_branch - (e_tree + 0.1) < _SMALL)
+        def decide(leaf_ok, e_leaf, t_tree, e_branch):
+            """J48's choice for nodes with these estimates (``t_tree``: the subtrees' plus 0.1, ``leaf_ok``: the leaf
+            within it): (to a leaf, kept); neither: the largest branch is raised."""
+            to_leaf = leaf_ok & (e_leaf - (e_branch + 0.1) < _SMALL)
+            keep = ~to_leaf & ~(e_branch - t_tree < _SMALL)
             return to_leaf, keep
 
         def nested_estimates(bnode, L, new_L):
@@ -1724,8 +1737,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                 for h in np.unique(h_in):
                     P = inner[h_in == h]
                     T.dist[P] = branch_sums(P, T.dist)
-                ntot[nodes] = row_sums(T.dist[nodes])
-                estd[nodes] = est_whole(T.dist[nodes])
+                ntot[nodes], estd[nodes] = est_whole(T.dist[nodes], totals=True)
                 T.frac[inner] = 0.0
                 kin = T.nchild[inner]
                 for k in np.unique(kin):
@@ -1741,51 +1753,69 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                 leaves = allnodes[T.nchild[allnodes] == 0]
             et[leaves] = estd[leaves]
             hi_n = heights[inner]
-            for H in np.unique(hi_n):
-                V = inner[hi_n == H]
-                k, f = T.nchild[V], T.first[V]
+            by_h = np.argsort(hi_n, kind="stable")  # each height's nodes in the order of ``inner``
+            hs = hi_n[by_h]
+            for V in np.split(inner[by_h], np.flatnonzero(hs[1:] != hs[:-1]) + 1):
+                f = T.first[V]
                 # the largest branch: the last with the most rows (big_branch's rule, for whole numbers)
-                kmax = int(k.max())
-                b = np.arange(kmax)
-                pb = np.where(b < k[:, None], ntot[np.minimum(f[:, None] + b, NN - 1)], -1.0)
-                bnode = f + (kmax - 1 - np.argmax(pb[:, ::-1], axis=1))
+                if binary:
+                    bnode = f + (ntot[f + 1] >= ntot[f])
+                    e_tree = (0.0 + et[f]) + et[f + 1]  # _branch_sums's additions
+                else:
+                    k = T.nchild[V]
+                    kmax = int(k.max())
+                    b = np.arange(kmax)
+                    pb = np.where(b < k[:, None], ntot[np.minimum(f[:, None] + b, NN - 1)], -1.0)
+                    bnode = f + (kmax - 1 - np.argmax(pb[:, ::-1], axis=1))
+                    e_tree = _branch_sums(T, V, et)
                 e_leaf = estd[V]
-                e_tree = _branch_sums(T, V, et)
                 loV, hiV = ranges(V)
                 loB, hiB = ranges(bnode)
                 # the node's rows outside its largest branch (before and after its range), routed down that branch
-                seg = segments(np.column_stack([loV, hiB]).ravel(), np.column_stack([loB - loV, hiV - hiB]).ravel())
-                owner = np.repeat(np.arange(V.size), (loB - loV) + (hiV - hiB))
-                leafid = route_down(seg, bnode[owner])
+                ln = np.empty(2 * V.size, dtype=np.int64)
+                ln[0::2], ln[1::2] = loB - loV, hiV - hiB
+                lo = np.empty(2 * V.size, dtype=np.int64)
+                lo[0::2], lo[1::2] = loV, hiB
+                seg = segments(lo, ln)
+                owner = np.repeat(np.arange(V.size), ln[0::2] + ln[1::2])
+                leafid = route_down(seg, bnode[owner], int(heights[bnode].max()))
                 # estimates of the largest branches' subtrees holding all of the node's rows: each one's finished
                 # estimate plus the changes of the leaves the routed rows reached. The recursion sums the same
                 # numbers nested along the paths from those leaves; the two differ by rounding only, at most
                 # ``slack`` (additions of non-negative numbers: each input passes at most ``adds`` of them). Where a
                 # decision is the same at both ends of that interval it is the recursion's (the decisions are
                 # monotone in the estimate); otherwise the nested sums are formed and decide.
+                has = hiV > loV
+                et_B = et[bnode]
                 if seg.size:
-                    L = distinct(leafid)
-                    slotmap[L] = np.arange(L.size)
+                    # the reached leaves (distinct's order) and their owners
+                    at = arange(seg.size)
+                    slotmap[leafid] = at
+                    first = slotmap[leafid] == at
+                    L, o_L = leafid[first], owner[first]
+                    slotmap[L] = arange(L.size)
                     extra = np.bincount(slotmap[leafid] * C + ycls[seg], minlength=L.size * C).reshape(L.size, C)
                     new_L = est_whole(T.dist[L] + extra)
-                    leaf_owner[leafid] = owner
-                    o_L, et_L = leaf_owner[L], et[L]
-                    e_branch = et[bnode] + np.bincount(o_L, weights=new_L - et_L, minlength=V.size)
-                    size = et[bnode] + np.bincount(o_L, weights=new_L + et_L, minlength=V.size)
+                    et_L = et[L]
+                    e_branch = et_B + np.bincount(o_L, weights=new_L - et_L, minlength=V.size)
+                    size = et_B + np.bincount(o_L, weights=new_L + et_L, minlength=V.size)
                     adds = (heights[bnode] + 1) * maxk + np.bincount(o_L, minlength=V.size) + 2
-                    slack = np.where(hiV > loV, BRANCH_SLACK * 2.0**-53 * adds * size, 0.0)
+                    slack = np.where(has, BRANCH_SLACK * 2.0**-53 * adds * size, 0.0)
                 else:
-                    e_branch, slack = et[bnode], 0.0
-                e_branch = np.where(hiV > loV, e_branch, 0.0)
-                to_leaf, keep = decide(e_leaf, e_tree, e_branch - slack)
+                    e_branch, slack = et_B, 0.0
+                e_branch = np.where(has, e_branch, 0.0)
+                t_tree = e_tree + 0.1
+                leaf_ok = e_leaf - t_tree < _SMALL
+                to_leaf, keep = decide(leaf_ok, e_leaf, t_tree, e_branch - slack)
                 if seg.size:
-                    hi_leaf, hi_keep = decide(e_leaf, e_tree, e_branch + slack)
+                    hi_leaf, hi_keep = decide(leaf_ok, e_leaf, t_tree, e_branch + slack)
                     if (hi_leaf != to_leaf).any() or (hi_keep != keep).any():
-                        e_branch = np.where(hiV > loV, nested_estimates(bnode, L, new_L), 0.0)
-                        to_leaf, keep = decide(e_leaf, e_tree, e_branch)
-                T.nchild[V[to_leaf]] = 0
-                step_first[V[to_leaf]] = -1
-                et[V[to_leaf]] = e_leaf[to_leaf]
+                        e_branch = np.where(has, nested_estimates(bnode, L, new_L), 0.0)
+                        to_leaf, keep = decide(leaf_ok, e_leaf, t_tree, e_branch)
+                VL = V[to_leaf]
+                T.nchild[VL] = 0
+                step_first[VL], step_attr[VL], step_thr[VL], step_nom[VL] = VL, 0, leaf_thr, False
+                et[VL] = e_leaf[to_leaf]
                 et[V[keep]] = e_tree[keep]
                 rs = np.flatnonzero(~to_leaf & ~keep)
                 if rs.size:
@@ -1796,10 +1826,16 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                     moved = raised[owner]
                     key[seg[moved]] = pre[leafid[moved]]
                     rs = rs[np.argsort(loV[rs])]
-                    span = segments(loV[rs], hiV[rs] - loV[rs])
-                    o = span[_stable_order(key[span], NN)]
+                    lo_r, rows = loV[rs], hiV[rs] - loV[rs]
+                    span = segments(lo_r, rows)
+                    # the keys as slots in the raised subtrees' pre-order numbers laid end to end: in the same order,
+                    # and in fewer numbers (one radix pass where they fit in 16 bits)
+                    size = end[V[rs]] - pre[V[rs]]
+                    first_slot = np.cumsum(size) - size
+                    slot = key[span] - np.repeat(pre[V[rs]] - first_slot, rows)
+                    o = span[_stable_order(slot, int(size.sum()))]
                     row_codes[span], key[span], ycls[span] = np.take(row_codes, o, axis=0), key[o], ycls[o]
-                    recount_below(V[rs], loV[rs], hiV[rs])
+                    recount_below(V[rs], lo_r, rows, size, first_slot, slot)
                     R, B = V[rs], bnode[rs]
                     T.attr[R], T.thr[R], T.thrc[R] = T.attr[B], T.thr[B], T.thrc[B]
                     thrl[R] = thrl[B]
@@ -1817,7 +1853,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                 # heights (leaves 0): children are decided before their parents; pruning only removes edges and
                 # raising gives a node children lower than its old ones, so a parent stays above its children
                 heights = subtree_heights(levels0)
-                key = pre[row_leaves(levels0)]
+                key = row_leaves(levels0, pre)
                 order = _stable_order(key, NN)
                 key = key[order]
                 ycls = yh[order]
@@ -1826,25 +1862,30 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                 row_codes = np.take(cod.astype(np.min_scalar_type(int(n_known.max()))), order, axis=0)
                 codes_flat = row_codes.reshape(-1)  # a view: raising's re-sorts of row_codes show through
                 rowleaf = np.empty(n, dtype=np.int64)
-                leaf_owner = np.zeros(NN, dtype=np.int64)
+                # raising gives a node its largest branch's children: every inner node keeps two if all have two now
+                binary = bool((T.nchild[inner0] == 2).all())
                 inner_now = T.nchild[:NN] > 0
-                step_first = np.where(inner_now, T.first[:NN], -1)
-                step_attr = np.where(inner_now, T.attr[:NN], 0)
+                step_first = np.where(inner_now, T.first[:NN], np.arange(NN))
+                step_attr = np.where(inner_now, T.attr[:NN], 0).astype(np.min_scalar_type(d))  # narrow: read every step
                 step_nom = inner_now & nominal[step_attr]
-                step_thr = np.where(inner_now & ~step_nom, thrl, 0).astype(row_codes.dtype)
+                # the step's test: a nominal branch is the code (in an all-nominal tree the code and'ed with all
+                # ones, with zero at a leaf), a numeric one whether the code is above the threshold (at a leaf the
+                # largest code: never)
+                all_ones = np.iinfo(row_codes.dtype).max
+                leaf_thr = 0 if not any_numeric else all_ones
+                step_thr = np.where(inner_now, np.where(step_nom, all_ones if not any_numeric else 0, thrl),
+                                    leaf_thr).astype(row_codes.dtype)
                 # below[p]: the number of rows whose leaf has a pre-order number under p (a node's rows are the
                 # range below[pre[x]] .. below[end[x]] - 1)
                 below = np.zeros(NN + 1, dtype=np.int64)
                 np.cumsum(np.bincount(key, minlength=NN), out=below[1:])
                 est_whole = _WholeEstimates(cf, n)
-                # every node's weight and estimated errors as a leaf, kept up to date where raising recounts (the
-                # nodes collapsing cut off are never reached again)
-                ntot, estd = np.zeros(NN), np.zeros(NN)
-                reach = np.concatenate(levels0)
-                ntot[reach] = row_sums(T.dist[reach])
-                estd[reach] = est_whole(T.dist[reach])
+                # every node's weight and estimated errors as a leaf, kept up to date where raising recounts (those
+                # of the nodes collapsing cut off are never read)
+                ntot, estd = est_whole(T.dist[:NN], totals=True)
                 prune_whole(np.array([0]), False)
             else:
+                w0 = np.ones(n) if w is None else w.cpu().numpy().astype(np.float64)
                 prune_sub(np.array([0]), np.arange(n), w0, np.zeros(n, dtype=np.int64), False)
         finally:
             sys.setrecursionlimit(old)
@@ -2221,9 +2262,12 @@ class _WholeEstimates:
     def __init__(self, cf, n):
         self.cf = cf
         self.z = _z_of(cf)
-        self.pow_of = np.full(int(n) + 1, np.nan)  # math.pow(cf, 1 / N) by whole N, NaN until needed
+        # math.pow(cf, 1 / N) by whole N (never 0 for 0 < cf), 0 until needed; zeros, not a fill, so that the
+        # pages of the N never met are not written
+        self.pow_of = np.zeros(int(n) + 1)
 
-    def __call__(self, D):
+    def __call__(self, D, totals=False):
+        """The estimates of the rows of ``D``; with ``totals``, also the rows' sums (first)."""
         # NumPy reduces the short rows of D several times slower than the long rows of its transpose
         by_class = np.ascontiguousarray(D.T)
         N = by_class.sum(0)
@@ -2231,16 +2275,17 @@ class _WholeEstimates:
         has = N >= 1
         Ni = N.astype(np.int64)
         p = self.pow_of[Ni]
-        new = np.isnan(p) & has
+        new = (p == 0) & has
         if new.any():
             xs = np.unique(Ni[new])
             self.pow_of[xs] = [math.pow(self.cf, 1 / x) for x in xs.astype(np.float64).tolist()]
             p = self.pow_of[Ni]
         with np.errstate(divide="ignore", invalid="ignore"):
-            d = N - e
-            upper = np.where(e + 0.5 >= N, np.where(0.0 > d, 0.0, d), _normal_upper(N, e, self.z))
+            # N - e is the largest count, never negative: add_errors's max(N - e, 0) is N - e
+            upper = np.where(e + 0.5 >= N, N - e, _normal_upper(N, e, self.z))
             out = e + np.where(e < 1, N * (1 - p), upper)
-        return np.where(has, out, 0.0)
+        out = np.where(has, out, 0.0)
+        return (N, out) if totals else out
 
 
 class _AttrGroups:
@@ -2256,6 +2301,10 @@ class _AttrGroups:
 #: sums of non-negative numbers; the factor covers the shortcuts of its derivation. Errors measured on Poker Hand
 #: and KDD Cup 99 trees stay below a third of the bound at 1.
 BRANCH_SLACK = 4.0
+
+#: Steps the whole-count pruning's routing takes between drops of the rows that reached a leaf (see
+#: ``route_down`` in :meth:`C45Classifier._prune_raising`): a drop costs about a step, a row at a leaf stays there.
+ROUTE_STRIDE = 3
 
 #: Numeric attributes share a padded group when the group's most levels are at most this many times its fewest.
 MERGE_LEVELS_RATIO = 1.5
