@@ -1778,7 +1778,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                 lo[0::2], lo[1::2] = loV, hiB
                 seg = segments(lo, ln)
                 owner = np.repeat(np.arange(V.size), ln[0::2] + ln[1::2])
-                leafid = route_down(seg, bnode[owner], int(heights[bnode].max()))
+                leafid = route_down(seg, bnode[owner], int(heights[bnode].max(initial=0)))
                 # estimates of the largest branches' subtrees holding all of the node's rows: each one's finished
                 # estimate plus the changes of the leaves the routed rows reached. The recursion sums the same
                 # numbers nested along the paths from those leaves; the two differ by rounding only, at most
