@@ -167,6 +167,9 @@ def rerank_select(index: torch.Tensor, k: int, *, scores: torch.Tensor | None = 
         Q_arg, RT_arg, d = Q.contiguous(), RT, Q.shape[1]
         if RT.stride(1) != 1:
             RT_arg = RT.contiguous()
+    if not index.is_cuda:  # the CPU interpreter wants resizable storage, not views of NumPy-backed memory
+        Q_arg, RT_arg = Q_arg.clone(), RT_arg.clone()
+        scores = None if scores is None else scores.clone()
     _rerank_select_kernel[(triton.cdiv(n, block_rows),)](
         index if scores is None else scores, index, index if own is None else own.contiguous(), Q_arg, RT_arg, out_v, out_i,
         n, width, k,
