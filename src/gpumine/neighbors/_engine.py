@@ -376,6 +376,10 @@ def knn_search(
     # the kernel scores low-dimensional L2 by direct differences too
     fused_precision = "exact" if _scores_directly(metric, d) else precision
     # above the fused kernel's register budget, Triton selects from exact score tiles
+    # the re-rank's selection runs on the Triton kernel for any search that may use Triton
+    # (backend="torch" stays pure torch): bit for bit the torch path's results, one launch
+    # instead of ~100 at few features (StreamingLOF's windows: 372 launches per window in all)
+    kernel_rerank = backend in ("auto", "triton") and device.type == "cuda"
     tile_select = backend in ("auto", "triton") and exact_tiles_apply(metric, dtype, k, n_ref, d)
     if tile_select:
         backend = "triton"
@@ -414,7 +418,7 @@ def knn_search(
                     cand_scores, cand_index = _candidates(Qp, refs, ids, c, exclude_self, precision)
                     cth = cand_scores.amax(1)
                 scores, index, certified = _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, ids, exclude_self,
-                                                   plan, direct=direct, precision=precision, on_kernel=fused)
+                                                   plan, direct=direct, precision=precision, on_kernel=fused or kernel_rerank)
                 failed = (~certified).nonzero().squeeze(1)
                 c_tried = c
             # rows the certificate could not settle (close calls, exact ties or duplicates
@@ -448,7 +452,7 @@ def knn_search(
                     Qf, Qpf = Q[rows], _take_rows(Qp, rows)
                     cs, ci = _candidates(Qpf, retry_refs, ids[rows], c_retry, exclude_self, precision)
                     f_scores, f_index, ok = _rerank(Qf, Qpf, cs.amax(1), ci, retry_refs, metric, k, c_retry, n_ref, ids[rows], exclude_self,
-                                                    plan, precision=precision)
+                                                    plan, precision=precision, on_kernel=kernel_rerank)
                     settled = rows[ok]
                     scores[settled], index[settled] = f_scores[ok], f_index[ok]
                     still_failed.append(rows[~ok])
@@ -757,8 +761,8 @@ def _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, query_ids, exclud
     ``cth``: per row, a candidate-phase score that every reference left out
     reaches. ``direct``: the candidate scores are direct-difference sums (the
     fused kernel's low-dimensional L2), whose error bound is relative to the score.
-    ``on_kernel``: a Triton search, whose selection (and at few features the
-    exact scoring) runs as one launch (:mod:`gpumine.core.triton.rerank`),
+    ``on_kernel``: a search that may use Triton, whose selection (and at few
+    features the exact scoring) runs as one launch (:mod:`gpumine.core.triton.rerank`),
     with the torch path's results bit for bit.
     """
     q, d = Q.shape

@@ -74,7 +74,7 @@ import torch
 from .._validation import check_array, output_kind, to_output
 from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ..core.distance import get_metric
-from ..neighbors._engine import knn_search
+from ..neighbors._engine import choose_backend, knn_search
 from ..outliers._lof import (
     DuplicatesWarning,
     LOFFit,
@@ -243,8 +243,9 @@ class _WindowedLOF(abc.ABC):
 
     # -- scoring -------------------------------------------------------------------------
     def _knn(self, ref: torch.Tensor, query: torch.Tensor, k: int, exclude_self: bool):
+        backend = choose_backend(self.backend, self.device_, self._metric, ref.dtype, k, ref.shape[0])
         scores, index = knn_search(ref, query, k, self._metric, exclude_self=exclude_self, device=self.device_,
-                                   budget_bytes=self._budget, result_device=self.device_, verbose=0)
+                                   budget_bytes=self._budget, result_device=self.device_, verbose=0, backend=backend)
         return self._metric.to_distance(scores), index
 
     def _fit_reference(self, R: torch.Tensor, n_real: int, window: bool = False):
