@@ -96,6 +96,8 @@ def kneighbors(
         k up to 255). Both backends give identical results; ``"auto"`` takes
         the kernel on CUDA where it measured faster (large searches at up to
         80 features, see ``gpumine.neighbors._engine.auto_prefers_fused``).
+        On CUDA, ``"auto"`` and ``"triton"`` also re-rank the candidates with a
+        Triton kernel (same results); ``"torch"`` runs PyTorch operations only.
     working_memory : float, optional
         MiB allowed for one tile's temporaries.
     verbose : int, optional
