@@ -431,7 +431,7 @@ def knn_search(
                     break
                 c_tried = c_retry
                 n_retried += failed.numel()
-                if on_kernel and c_retry <= MAX_FUSED_CANDIDATES:
+                if on_kernel and c_retry <= _FUSED_RETRY_MAX_CANDIDATES:
                     # on the kernel, all rows in one launch: on an H200 the torch selection's
                     # (rows x references) tiles and top-k took ~5 ms of a 25 ms 1M-query search
                     Qf, Qpf = Q[failed], _take_rows(Qp, failed)
@@ -486,6 +486,10 @@ _MAX_RETRY_CANDIDATES = 16384
 # retry's cost grows with the list: on an H200 (2026-11-21) 1,718 rows of 1M x 32,768 x 8 took
 # 29.2 ms in all at 2x against 29.8 ms at 8x, 820 rows of all-kNN 262,144 x 8 41.1 vs 45.1 ms.
 FUSED_RETRY_GROWTH = 2
+# Wider retries run on the torch selection: the kernel inserts candidates one at a time, and a
+# list of 256 on tie-heavy rows took minutes under the CPU interpreter (600 integer points);
+# on the H200 a 64-wide retry of 1,718 rows already took 2.8 ms of kernel time
+_FUSED_RETRY_MAX_CANDIDATES = 64
 
 
 def _retry_references(refs: _References, ref: torch.Tensor, retry_plan: TilePlan, plan: TilePlan, metric: Metric, device):
