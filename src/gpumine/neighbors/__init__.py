@@ -2,8 +2,9 @@
 
 from .._lazy import lazy_exports
 from ._api import kneighbors, tune_knn
+from ._graphs import clear_search_graphs
 
-__all__ = ["kneighbors", "tune_knn", "NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor"]
+__all__ = ["kneighbors", "tune_knn", "clear_search_graphs", "NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor"]
 
 # the estimators need scikit-learn (about a second to import): loaded on first use,
 # so the engine alone (streaming CLI, kneighbors) starts without it

@@ -175,12 +175,12 @@ def _fits_resident(ref: torch.Tensor, device: torch.device) -> bool:
 class _References:
     """Reference rows as tiles on the device: kept resident when they fit, else streamed from host."""
 
-    def __init__(self, ref: torch.Tensor, metric: Metric, rows_per_tile: int, device: torch.device):
+    def __init__(self, ref: torch.Tensor, metric: Metric, rows_per_tile: int, device: torch.device, resident: bool | None = None):
         self.metric = metric
         self.rows_per_tile = rows_per_tile
         self.device = device
         self.host = ref
-        self.resident = _fits_resident(ref, device)
+        self.resident = _fits_resident(ref, device) if resident is None else resident
         self.data = ref.to(device) if self.resident else ref
         # from the device copy when there is one: torch's float64 sums ran ~10 ms on the
         # host for 32,768 x 65 floats, a third of a small search from NumPy
@@ -324,6 +324,55 @@ def _keep_best(values, index, new_values, new_index, c):
     return values, index.gather(1, pos)
 
 
+class _SearchPlan:
+    """How one search runs: backend, candidate counts, tile plans (see :func:`plan_search`)."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+def plan_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *, device: torch.device, budget_bytes: int,
+                backend: str = "torch", precision: str = "exact") -> _SearchPlan:
+    """Decide how :func:`knn_search` runs a search (no GPU work, no host wait)."""
+    n_query, d = query.shape
+    n_ref = ref.shape[0]
+    dtype = ref.dtype
+    if not metric.uses_matmul:  # scored by direct differences: no product for precision to round
+        precision = "exact"
+    c = candidate_count(k, n_ref, precision)
+    # the kernel scores low-dimensional L2 by direct differences too
+    fused_precision = "exact" if _scores_directly(metric, d) else precision
+    # above the fused kernel's register budget, Triton selects from exact score tiles
+    # the re-rank's selection runs on the Triton kernel for any search that may use Triton
+    # (backend="torch" stays pure torch): bit for bit the torch path's results, one launch
+    # instead of ~100 at few features (StreamingLOF's windows: 372 launches per window in all)
+    kernel_rerank = backend in ("auto", "triton") and device.type == "cuda"
+    tile_select = backend in ("auto", "triton") and exact_tiles_apply(metric, dtype, k, n_ref, d)
+    if tile_select:
+        backend = "triton"
+    elif backend == "auto":
+        backend = "triton" if auto_prefers_fused(metric, dtype, k, n_query, n_ref, d, fused_precision) else "torch"
+    elif backend == "triton":
+        reason = fused_unsupported(metric, dtype, k, n_ref, fused_precision)
+        if reason:
+            raise ValueError(f"backend='triton' cannot run this search: {reason}; use backend='torch' or 'auto'")
+    fused = backend == "triton" and not tile_select
+    direct = fused and _scores_directly(metric, d)
+    if fused:
+        precision = fused_precision
+        c = fused_candidate_count(k, n_ref, precision, n_query)
+    plan = retry_plan = plan_tiles(n_query, n_ref, d, c, ref.element_size(), budget_bytes)
+    resident = _fits_resident(ref, device)
+    if fused:
+        # the fused kernel keeps only (queries x c) candidates and no tile: one block holds
+        # many queries, and resident references go to one launch as a whole
+        plan = TilePlan(query_rows=min(n_query, _FUSED_QUERY_ROWS), ref_rows=n_ref if resident else plan.ref_rows,
+                        budget_bytes=budget_bytes)
+    return _SearchPlan(k=k, metric=metric, device=device, backend=backend, precision=precision, c=c, fused=fused, direct=direct,
+                       tile_select=tile_select, kernel_rerank=kernel_rerank, plan=plan, retry_plan=retry_plan,
+                       resident=resident, n_ref=n_ref)
+
+
 def knn_search(
     ref: torch.Tensor,
     query: torch.Tensor,
@@ -358,8 +407,7 @@ def knn_search(
     ``magnitude``: the largest absolute value in ``ref`` and ``query`` when the
     caller has it (saves a pass over the data).
     """
-    n_query, d = query.shape
-    n_ref = ref.shape[0]
+    n_query = query.shape[0]
     dtype = ref.dtype
     scale = _range_scale(ref, query, magnitude)
     if scale is not None:
@@ -370,115 +418,126 @@ def knn_search(
     out_index = torch.empty((n_query, k), dtype=torch.int64, device=result_device)
     if n_query == 0:
         return out_scores, out_index
-    if not metric.uses_matmul:  # scored by direct differences: no product for precision to round
-        precision = "exact"
-    c = candidate_count(k, n_ref, precision)
-    # the kernel scores low-dimensional L2 by direct differences too
-    fused_precision = "exact" if _scores_directly(metric, d) else precision
-    # above the fused kernel's register budget, Triton selects from exact score tiles
-    # the re-rank's selection runs on the Triton kernel for any search that may use Triton
-    # (backend="torch" stays pure torch): bit for bit the torch path's results, one launch
-    # instead of ~100 at few features (StreamingLOF's windows: 372 launches per window in all)
-    kernel_rerank = backend in ("auto", "triton") and device.type == "cuda"
-    tile_select = backend in ("auto", "triton") and exact_tiles_apply(metric, dtype, k, n_ref, d)
-    if tile_select:
-        backend = "triton"
-    elif backend == "auto":
-        backend = "triton" if auto_prefers_fused(metric, dtype, k, n_query, n_ref, d, fused_precision) else "torch"
-    elif backend == "triton":
-        reason = fused_unsupported(metric, dtype, k, n_ref, fused_precision)
-        if reason:
-            raise ValueError(f"backend='triton' cannot run this search: {reason}; use backend='torch' or 'auto'")
-    fused = backend == "triton" and not tile_select
-    direct = fused and _scores_directly(metric, d)
-    if fused:
-        precision = fused_precision
-        c = fused_candidate_count(k, n_ref, precision, n_query)
-    plan = retry_plan = plan_tiles(n_query, n_ref, d, c, ref.element_size(), budget_bytes)
-    if fused:
-        # the fused kernel keeps only (queries x c) candidates and no tile: one block holds
-        # many queries, and resident references go to one launch as a whole
-        plan = TilePlan(query_rows=min(n_query, _FUSED_QUERY_ROWS), ref_rows=n_ref if _fits_resident(ref, device) else plan.ref_rows,
-                        budget_bytes=budget_bytes)
-    refs = _References(ref, metric, plan.ref_rows, device)
-    retry_refs = None  # retries on the torch selection run on its own (narrower) reference tiles
-    n_fallback = n_retried = 0
-    n_blocks = -(-n_query // plan.query_rows)
+    sp = plan_search(ref, query, k, metric, device=device, budget_bytes=budget_bytes, backend=backend, precision=precision)
+    refs = _References(ref, metric, sp.plan.ref_rows, device, resident=sp.resident)
+    retries = _Retries(sp, refs, ref, exclude_self)
+    n_blocks = -(-n_query // sp.plan.query_rows)
     with Progress(total=n_blocks, desc="kneighbors", verbose=verbose) as bar:
-        for q0, Q in iter_row_chunks(query, plan.query_rows, device):
-            Qp = metric.prepare(Q, refs.centre, "query")
-            ids = torch.arange(q0, q0 + Q.shape[0], device=device)
-            if tile_select:
+        for q0, Q in iter_row_chunks(query, sp.plan.query_rows, device):
+            if sp.tile_select:
+                Qp = metric.prepare(Q, refs.centre, "query")
+                ids = torch.arange(q0, q0 + Q.shape[0], device=device)
                 scores, index, failed = _exact_tile_topk(Q, refs, k, q0, exclude_self)
                 c_tried = 0  # no candidate list yet: rows with tied scores start from the usual c
             else:
-                if fused:
-                    cand_scores, cand_index, cth = _candidates_fused(Q, Qp, refs, ids, c, exclude_self, precision)
-                else:
-                    cand_scores, cand_index = _candidates(Qp, refs, ids, c, exclude_self, precision)
-                    cth = cand_scores.amax(1)
-                scores, index, certified = _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, ids, exclude_self,
-                                                   plan, direct=direct, precision=precision, on_kernel=fused or kernel_rerank)
+                scores, index, certified, Qp, ids = first_pass(sp, refs, Q, q0, exclude_self)
                 failed = (~certified).nonzero().squeeze(1)
-                c_tried = c
-            # rows the certificate could not settle (close calls, exact ties or duplicates
-            # around the k-th place): retry with 8x the candidates, then scan exactly
-            while failed.numel():
-                on_kernel = fused and refs.rows_per_tile >= n_ref
-                growth = FUSED_RETRY_GROWTH if on_kernel and c_tried == c else 8
-                c_retry = min(n_ref, growth * c_tried if c_tried else c, _MAX_RETRY_CANDIDATES)
-                if c_retry <= c_tried:  # no wider list left to try
-                    break
-                c_tried = c_retry
-                n_retried += failed.numel()
-                if on_kernel and c_retry <= _FUSED_RETRY_MAX_CANDIDATES:
-                    # on the kernel, all rows in one launch: on an H200 the torch selection's
-                    # (rows x references) tiles and top-k took ~5 ms of a 25 ms 1M-query search
-                    Qf, Qpf = Q[failed], _take_rows(Qp, failed)
-                    _, ci, cth_f = _candidates_fused(Qf, Qpf, refs, ids[failed], c_retry, exclude_self, precision)
-                    f_scores, f_index, ok = _rerank(Qf, Qpf, cth_f, ci, refs, metric, k, c_retry, n_ref, ids[failed], exclude_self,
-                                                    plan, direct=direct, precision=precision, on_kernel=True)
-                    settled = failed[ok]
-                    scores[settled], index[settled] = f_scores[ok], f_index[ok]
-                    failed = failed[~ok]
-                    continue
-                if retry_refs is None:
-                    retry_refs = _retry_references(refs, ref, retry_plan, plan, metric, device)
-                # more candidates per row: fewer rows at a time, so the tile stays in budget
-                step = max(1, plan.budget_bytes // tile_bytes(1, retry_plan.ref_rows, d, c_retry, Q.element_size()))
-                still_failed = []
-                for s0 in range(0, failed.numel(), step):
-                    rows = failed[s0 : s0 + step]
-                    Qf, Qpf = Q[rows], _take_rows(Qp, rows)
-                    cs, ci = _candidates(Qpf, retry_refs, ids[rows], c_retry, exclude_self, precision)
-                    f_scores, f_index, ok = _rerank(Qf, Qpf, cs.amax(1), ci, retry_refs, metric, k, c_retry, n_ref, ids[rows], exclude_self,
-                                                    plan, precision=precision, on_kernel=kernel_rerank)
-                    settled = rows[ok]
-                    scores[settled], index[settled] = f_scores[ok], f_index[ok]
-                    still_failed.append(rows[~ok])
-                failed = torch.cat(still_failed)
-            if failed.numel():
-                if retry_refs is None:
-                    retry_refs = _retry_references(refs, ref, retry_plan, plan, metric, device)
-                n_fallback += failed.numel()
-                f_scores, f_index = _exact_scan(Q[failed], ids[failed], retry_refs, metric, k, exclude_self, plan.budget_bytes)
-                scores[failed] = f_scores
-                index[failed] = f_index
+                c_tried = sp.c
+            retries.settle(Q, Qp, ids, scores, index, failed, c_tried)
             out_scores[q0 : q0 + Q.shape[0]] = scores.to(result_device)
             out_index[q0 : q0 + Q.shape[0]] = index.to(result_device)
             bar.update()
     if stats is not None:
-        stats.update(rows_exact_scan=n_fallback, rows_retried=n_retried, query_rows=plan.query_rows, ref_rows=plan.ref_rows,
-                     candidates=c, references_resident=refs.resident, backend=backend, precision=precision,
-                     selection="exact_tiles" if tile_select else ("fused" if fused else "tiles"))
+        retries.report(stats)
+    return finish_scores(out_scores, metric, as_distance, scale), out_index
+
+
+def finish_scores(scores: torch.Tensor, metric: Metric, as_distance: bool, scale: float | None) -> torch.Tensor:
+    """Scores as returned: distances on request, and unscaled when the data was scaled by ``scale``."""
     if as_distance:
         # distances are formed before unscaling: a tiny distance survives where its square would not
-        out_scores = metric.to_distance(out_scores)
+        scores = metric.to_distance(scores)
         if scale is not None:
-            out_scores /= scale ** metric.distance_power
+            scores /= scale ** metric.distance_power
     elif scale is not None:
-        out_scores /= scale ** metric.scale_power
-    return out_scores, out_index
+        scores /= scale ** metric.scale_power
+    return scores
+
+
+def first_pass(sp: _SearchPlan, refs: "_References", Q: torch.Tensor, q0: int, exclude_self: bool):
+    """Candidates, exact re-rank and certificate of one query block, with no host wait.
+
+    Returns ``(scores, index, certified, Qp, ids)``: the best k by exact score,
+    which rows are certified final, and the prepared queries and their global
+    ids (for the retries of the others). Not for exact-tile searches.
+    """
+    metric, device = sp.metric, Q.device
+    Qp = metric.prepare(Q, refs.centre, "query")
+    ids = torch.arange(q0, q0 + Q.shape[0], device=device)
+    if sp.fused:
+        cand_scores, cand_index, cth = _candidates_fused(Q, Qp, refs, ids, sp.c, exclude_self, sp.precision)
+    else:
+        cand_scores, cand_index = _candidates(Qp, refs, ids, sp.c, exclude_self, sp.precision)
+        cth = cand_scores.amax(1)
+    scores, index, certified = _rerank(Q, Qp, cth, cand_index, refs, metric, sp.k, sp.c, sp.n_ref, ids, exclude_self, sp.plan,
+                                       direct=sp.direct, precision=sp.precision, on_kernel=sp.fused or sp.kernel_rerank)
+    return scores, index, certified, Qp, ids
+
+
+class _Retries:
+    """Settles the rows a block's certificate left open: wider candidate lists, then an exact scan."""
+
+    def __init__(self, sp: _SearchPlan, refs: "_References", ref: torch.Tensor, exclude_self: bool):
+        self.sp, self.refs, self.ref, self.exclude_self = sp, refs, ref, exclude_self
+        self.retry_refs = None  # retries on the torch selection run on its own (narrower) reference tiles
+        self.n_fallback = self.n_retried = 0
+
+    def _retry_refs(self):
+        if self.retry_refs is None:
+            sp = self.sp
+            self.retry_refs = _retry_references(self.refs, self.ref, sp.retry_plan, sp.plan, sp.metric, sp.device)
+        return self.retry_refs
+
+    def settle(self, Q, Qp, ids, scores, index, failed, c_tried) -> None:
+        """Make ``scores``/``index`` final in place for the rows ``failed`` (the others are)."""
+        sp, refs, exclude_self = self.sp, self.refs, self.exclude_self
+        metric, k, c, n_ref, plan, d = sp.metric, sp.k, sp.c, sp.n_ref, sp.plan, Q.shape[1]
+        # rows the certificate could not settle (close calls, exact ties or duplicates
+        # around the k-th place): retry with 8x the candidates, then scan exactly
+        while failed.numel():
+            on_kernel = sp.fused and refs.rows_per_tile >= n_ref
+            growth = FUSED_RETRY_GROWTH if on_kernel and c_tried == c else 8
+            c_retry = min(n_ref, growth * c_tried if c_tried else c, _MAX_RETRY_CANDIDATES)
+            if c_retry <= c_tried:  # no wider list left to try
+                break
+            c_tried = c_retry
+            self.n_retried += failed.numel()
+            if on_kernel and c_retry <= _FUSED_RETRY_MAX_CANDIDATES:
+                # on the kernel, all rows in one launch: on an H200 the torch selection's
+                # (rows x references) tiles and top-k took ~5 ms of a 25 ms 1M-query search
+                Qf, Qpf = Q[failed], _take_rows(Qp, failed)
+                _, ci, cth_f = _candidates_fused(Qf, Qpf, refs, ids[failed], c_retry, exclude_self, sp.precision)
+                f_scores, f_index, ok = _rerank(Qf, Qpf, cth_f, ci, refs, metric, k, c_retry, n_ref, ids[failed], exclude_self,
+                                                plan, direct=sp.direct, precision=sp.precision, on_kernel=True)
+                settled = failed[ok]
+                scores[settled], index[settled] = f_scores[ok], f_index[ok]
+                failed = failed[~ok]
+                continue
+            retry_refs = self._retry_refs()
+            # more candidates per row: fewer rows at a time, so the tile stays in budget
+            step = max(1, plan.budget_bytes // tile_bytes(1, sp.retry_plan.ref_rows, d, c_retry, Q.element_size()))
+            still_failed = []
+            for s0 in range(0, failed.numel(), step):
+                rows = failed[s0 : s0 + step]
+                Qf, Qpf = Q[rows], _take_rows(Qp, rows)
+                cs, ci = _candidates(Qpf, retry_refs, ids[rows], c_retry, exclude_self, sp.precision)
+                f_scores, f_index, ok = _rerank(Qf, Qpf, cs.amax(1), ci, retry_refs, metric, k, c_retry, n_ref, ids[rows], exclude_self,
+                                                plan, precision=sp.precision, on_kernel=sp.kernel_rerank)
+                settled = rows[ok]
+                scores[settled], index[settled] = f_scores[ok], f_index[ok]
+                still_failed.append(rows[~ok])
+            failed = torch.cat(still_failed)
+        if failed.numel():
+            self.n_fallback += failed.numel()
+            f_scores, f_index = _exact_scan(Q[failed], ids[failed], self._retry_refs(), metric, k, exclude_self, plan.budget_bytes)
+            scores[failed] = f_scores
+            index[failed] = f_index
+
+    def report(self, stats: dict) -> None:
+        sp = self.sp
+        stats.update(rows_exact_scan=self.n_fallback, rows_retried=self.n_retried, query_rows=sp.plan.query_rows,
+                     ref_rows=sp.plan.ref_rows, candidates=sp.c, references_resident=self.refs.resident, backend=sp.backend,
+                     precision=sp.precision, selection="exact_tiles" if sp.tile_select else ("fused" if sp.fused else "tiles"))
 
 
 _MAX_RETRY_CANDIDATES = 16384
@@ -730,7 +789,8 @@ class _CurveOrder:
 
     def codes(self, X: torch.Tensor) -> torch.Tensor:
         levels = 1 << self.bits
-        q = ((X[:, self.dims] - self.lo) / self.span * levels).floor().clamp(0, levels - 1).long()
+        # NaN (a captured search reads its data unchecked, see _graphs) must not become an index
+        q = torch.nan_to_num((X[:, self.dims] - self.lo) / self.span * levels, nan=0.0).floor().clamp(0, levels - 1).long()
         # bit b of feature j goes to position b * dims + (dims - 1 - j): highest bits first
         # (disjoint bits, so the sum is their OR)
         return (self._spread[q] << self._offsets).sum(1)

@@ -1,0 +1,191 @@
+"""Small fused searches replayed as CUDA graphs: one launch for the whole first pass.
+
+A search of a few thousand queries is set by launches, not by the GPU: on an H200
+(2026-11-22, ``.devdata/s10_prof.py``) the physics search (12,000 queries x 32,768
+references x 65 features, k = 7) issued ~55 launches around its 1.56 ms kernel, and
+took 4.7 ms from host NumPy to host results, 3.0 ms with the data on the device.
+
+The first pass of a one-block fused search (validation reductions, the references'
+and queries' preparation, the kernel, the exact re-rank and the certificate;
+:func:`~gpumine.neighbors._engine.first_pass`) has no host wait, so it can be
+captured. A shape seen a second time is captured into a graph with its own input
+buffers; later calls copy their operands into those buffers, replay the graph and
+wait once for a few numbers: the data's extremes (NaN, infinity and magnitude, as
+``kneighbors`` checks them) and the count of uncertified rows. Data that needs
+scaling or is not finite goes the usual way (which raises or scales); uncertified
+rows are settled eagerly by the engine's retries. The results are those of the
+eager path bit for bit: same kernels, same launch shapes, same order.
+
+``GRAPH_SEARCHES = False`` turns this off (same-run A/B timings);
+:func:`clear_search_graphs` frees the captured graphs and their buffers.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import threading
+
+import numpy as np
+import torch
+
+from ..core.distance import Metric
+from ._engine import _References, _Retries, _range_scale, finish_scores, first_pass, plan_search
+
+__all__ = ["search_with_graph", "clear_search_graphs", "GRAPH_SEARCHES"]
+
+GRAPH_SEARCHES = True
+# Searches whose operands take more than this stay eager: their launches are a small share
+# of their time, and a graph keeps its input buffers and its intermediates' memory pool.
+GRAPH_MAX_INPUT_BYTES = 1 << 27
+GRAPH_CACHE_SIZE = 4  # shapes kept, least recently used dropped first
+
+_lock = threading.Lock()
+_graphs: collections.OrderedDict = collections.OrderedDict()
+_seen: set = set()  # shapes met once: their eager run compiled and warmed everything up
+_refused: set = set()  # shapes whose capture failed: never tried again
+
+
+class _CapturedSearch:
+    """A captured first pass with its input buffers and outputs (valid after each replay).
+
+    With ``to_host`` the graph also copies the flags and the results into pinned
+    host buffers, so one stream wait brings everything back.
+    """
+
+    def __init__(self, sp, ref_shape, query_shape, k: int, exclude_self: bool, to_host: bool):
+        device = sp.device
+        self.lock = threading.Lock()
+        self.sp, self.exclude_self, self.to_host = sp, exclude_self, to_host
+        self.ref_in = torch.empty(ref_shape, dtype=torch.float32, device=device)
+        self.query_in = None if exclude_self else torch.empty(query_shape, dtype=torch.float32, device=device)
+        n_flags = 2 * (1 if exclude_self else 2) + 1
+        self.host_flags = torch.empty(n_flags, dtype=torch.float64, pin_memory=True)
+        n_query = query_shape[0]
+        self.host_scores = torch.empty((n_query, k), dtype=torch.float32, pin_memory=True) if to_host else None
+        self.host_index = torch.empty((n_query, k), dtype=torch.int64, pin_memory=True) if to_host else None
+        self.graph = torch.cuda.CUDAGraph()
+
+    def load(self, ref: torch.Tensor, query: torch.Tensor) -> None:
+        self.ref_in.copy_(ref)
+        if self.query_in is not None:
+            self.query_in.copy_(query)
+
+    def _build(self):
+        sp = self.sp
+        query = self.ref_in if self.query_in is None else self.query_in
+        inputs = (self.ref_in,) if self.query_in is None else (self.ref_in, query)
+        extremes = [torch.stack(torch.aminmax(t)) for t in inputs]
+        for t in inputs:  # checked after the replay; meanwhile nothing may turn NaN or infinity into an index
+            torch.nan_to_num_(t, nan=0.0, posinf=0.0, neginf=0.0)
+        refs = _References(self.ref_in, sp.metric, sp.plan.ref_rows, sp.device, resident=True)
+        scores, index, certified, Qp, ids = first_pass(sp, refs, query, 0, self.exclude_self)
+        open_rows = (~certified).sum()
+        self.host_flags.copy_(torch.cat([torch.cat(extremes).double(), open_rows.double()[None]]), non_blocking=True)
+        if self.to_host:
+            self.host_scores.copy_(scores, non_blocking=True)
+            self.host_index.copy_(index, non_blocking=True)
+        self.refs, self.query, self.scores, self.index, self.certified, self.Qp, self.ids = refs, query, scores, index, certified, Qp, ids
+
+    def capture(self) -> None:
+        device = self.sp.device
+        # warm-up on a side stream first, as torch.cuda.graph asks (allocator, library handles)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            self._build()
+        torch.cuda.current_stream(device).wait_stream(side)
+        with torch.cuda.graph(self.graph):
+            self._build()
+
+    def run(self, ref: torch.Tensor, query: torch.Tensor, result_device: torch.device):
+        """Replay on new operands: ``(scores, index)`` on ``result_device``, or None for the eager path."""
+        self.load(ref, query)
+        self.graph.replay()
+        torch.cuda.current_stream(self.sp.device).synchronize()  # the one host wait
+        flags = self.host_flags.numpy()
+        extremes, open_rows = flags[:-1], int(flags[-1])
+        if not np.isfinite(extremes).all():
+            return None
+        if _range_scale(self.ref_in, self.query, float(np.abs(extremes).max())) is not None:
+            return None
+        if open_rows:
+            # a copy of the references: what the retries cache on it must not outlive this replay
+            retries = _Retries(self.sp, copy.copy(self.refs), self.ref_in, self.exclude_self)
+            failed = (~self.certified).nonzero().squeeze(1)
+            retries.settle(self.query, self.Qp, self.ids, self.scores, self.index, failed, self.sp.c)
+        if self.to_host and not open_rows:
+            return torch.from_numpy(self.host_scores.numpy().copy()), torch.from_numpy(self.host_index.numpy().copy())
+        return self.scores.to(result_device, copy=True), self.index.to(result_device, copy=True)
+
+
+def _key(ref, query, k, metric, exclude_self, device, to_host, sp):
+    # no working-memory budget: it varies with free memory, and it only sizes sub-blocks
+    # (the captured search keeps its capture's); results do not depend on it
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return (index, tuple(ref.shape), tuple(query.shape), k, metric.name, metric.p, exclude_self, to_host, sp.backend,
+            sp.precision, sp.c)
+
+
+def clear_search_graphs() -> None:
+    """Free every captured search graph (and its buffers); later searches capture anew."""
+    with _lock:
+        _graphs.clear()
+        _seen.clear()
+        _refused.clear()
+
+
+def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool,
+                      device: torch.device, budget_bytes: int, backend: str, precision: str, result_device: torch.device,
+                      as_distance: bool = True):
+    """``knn_search``'s result through a captured graph, or None where the eager path must run.
+
+    ``ref``/``query``: validated float tensors, in host memory or on ``device``
+    (``query is ref`` when ``exclude_self``). None when graphs are off, the
+    search is not a one-block fused search of small operands, the shape is met
+    for the first time (its eager run warms up), or the data is not finite or
+    needs scaling (the eager path raises or scales).
+    """
+    if not (GRAPH_SEARCHES and device.type == "cuda" and ref.dtype == torch.float32 and query.dtype == torch.float32):
+        return None
+    n_query, n_ref = query.shape[0], ref.shape[0]
+    operand_bytes = 4 * (ref.numel() + (0 if exclude_self else query.numel()))
+    if n_query == 0 or operand_bytes > GRAPH_MAX_INPUT_BYTES or torch.cuda.is_current_stream_capturing():
+        return None
+    from ..core.triton import knn_tuning
+
+    if knn_tuning.tuning_results() is not None:  # tuning times launches one by one
+        return None
+    sp = plan_search(ref, query, k, metric, device=device, budget_bytes=budget_bytes, backend=backend, precision=precision)
+    if not (sp.fused and sp.resident and sp.plan.query_rows >= n_query and sp.plan.ref_rows >= n_ref):
+        return None
+    to_host = result_device.type == "cpu"
+    key = _key(ref, query, k, metric, exclude_self, device, to_host, sp)
+    with _lock:
+        entry = _graphs.get(key)
+        if entry is not None:
+            _graphs.move_to_end(key)
+        elif key in _refused:
+            return None
+        elif key not in _seen:
+            _seen.add(key)
+            return None
+    if entry is None:
+        entry = _CapturedSearch(sp, ref.shape, query.shape, k, exclude_self, to_host)
+        try:
+            with entry.lock:
+                entry.load(ref, query)  # the warm-up runs on real data (the kernel's work depends on it)
+                entry.capture()
+        except RuntimeError:  # something in the pass cannot be captured here: stay eager for this shape
+            with _lock:
+                _refused.add(key)
+            return None
+        with _lock:
+            _graphs[key] = entry
+            while len(_graphs) > GRAPH_CACHE_SIZE:
+                _graphs.popitem(last=False)
+    with entry.lock:
+        found = entry.run(ref, query, result_device)
+    if found is None:
+        return None
+    return finish_scores(found[0], metric, as_distance, None), found[1]

@@ -1,0 +1,106 @@
+"""Small fused searches replayed as CUDA graphs give the eager path's results (GPU tier)."""
+
+import numpy as np
+import pytest
+import torch
+
+from gpumine.neighbors import kneighbors
+
+from helpers import skip_if_no_cuda
+
+pytestmark = pytest.mark.gpu
+
+N = 8192  # 8,192^2 pairs: backend="auto" takes the fused kernel from 2^26 pairs on
+
+
+@pytest.fixture
+def graphs(monkeypatch):
+    skip_if_no_cuda("cuda")
+    import gpumine.neighbors._graphs as graphs
+
+    graphs.clear_search_graphs()
+    yield graphs
+    graphs.clear_search_graphs()
+
+
+def _eager(graphs, monkeypatch, *args, **kwargs):
+    monkeypatch.setattr(graphs, "GRAPH_SEARCHES", False)
+    try:
+        return kneighbors(*args, **kwargs)
+    finally:
+        monkeypatch.setattr(graphs, "GRAPH_SEARCHES", True)
+
+
+def _datasets(kind, d, n_query, seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(4):  # new data of the same shape on every call: the replay must read it
+        if kind == "ties":  # few distinct values: certificates fail and rows go to the retries
+            R = rng.integers(0, 3, (N, d)).astype(np.float32)
+            Q = rng.integers(0, 3, (n_query, d)).astype(np.float32)
+        else:
+            R = (rng.standard_normal((N, d)) * 10.0 ** rng.uniform(-1, 2, d)).astype(np.float32)
+            Q = (rng.standard_normal((n_query, d)) * 10.0 ** rng.uniform(-1, 2, d)).astype(np.float32)
+        yield R, Q
+
+
+@pytest.mark.parametrize("kind,d,n_query,self_search", [
+    ("gauss", 65, N, False), ("gauss", 8, N, False), ("gauss", 65, N, True), ("ties", 8, N, False), ("ties", 20, N, True),
+])
+@pytest.mark.parametrize("on_device", [False, True])
+def test_replayed_searches_equal_the_eager_path_on_new_data_each_call(graphs, monkeypatch, kind, d, n_query, self_search,
+                                                                     on_device):
+    outputs = []
+    for R, Q in _datasets(kind, d, n_query, seed=d + n_query):
+        if on_device:
+            R, Q = torch.from_numpy(R).cuda(), torch.from_numpy(Q).cuda()
+        args = (R,) if self_search else (R, Q)
+        got = kneighbors(*args, k=7, device="cuda")
+        want = _eager(graphs, monkeypatch, *args, k=7, device="cuda")
+        if on_device:
+            assert got[0].is_cuda and got[1].is_cuda
+            outputs.append((got, tuple(t.clone() for t in got)))
+            got, want = tuple(t.cpu().numpy() for t in got), tuple(t.cpu().numpy() for t in want)
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0].view(np.int32), want[0].view(np.int32))
+    assert len(graphs._graphs) == 1  # captured on the second call, replayed after
+    for got, kept in outputs:  # results handed out are never the graph's own buffers
+        assert all(torch.equal(a, b) for a, b in zip(got, kept))
+
+
+def test_bad_or_extreme_data_in_a_captured_shape_goes_the_eager_way(graphs):
+    rng = np.random.default_rng(5)
+    R = rng.standard_normal((N, 12)).astype(np.float32)
+    Q = rng.standard_normal((N, 12)).astype(np.float32)
+    for _ in range(3):
+        base = kneighbors(R, Q, 5, device="cuda")
+    assert len(graphs._graphs) == 1
+    bad = Q.copy()
+    bad[11, 3] = np.nan
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"X_query contains NaN or infinity \(1 non-finite value\(s\), first at row 11\)"):
+            kneighbors(R, bad, 5, device="cuda")
+    big = kneighbors(R * 2.0**100, Q * 2.0**100, 5, device="cuda")  # scaled by the eager path, same order
+    np.testing.assert_array_equal(big[1], base[1])
+    np.testing.assert_array_equal(kneighbors(R, Q, 5, device="cuda")[1], base[1])
+
+
+def test_graph_cache_keeps_the_most_recent_shapes(graphs, monkeypatch):
+    monkeypatch.setattr(graphs, "GRAPH_CACHE_SIZE", 2)
+    rng = np.random.default_rng(6)
+    shapes = [(N, 9), (N + 64, 9), (N + 128, 9)]
+    for n, d in shapes:
+        R = rng.standard_normal((n, d)).astype(np.float32)
+        for _ in range(2):
+            kneighbors(R, R[:N], 3, device="cuda")
+    assert len(graphs._graphs) == 2
+    assert [key[1] for key in graphs._graphs] == [tuple(s) for s in shapes[1:]]
+    graphs.clear_search_graphs()
+    assert not graphs._graphs
+
+
+def test_small_or_torch_searches_are_not_captured(graphs):
+    X = np.random.default_rng(7).standard_normal((500, 8)).astype(np.float32)
+    for _ in range(3):
+        kneighbors(X, X, 3, device="cuda")  # 250,000 pairs: the torch engine
+        kneighbors(np.tile(X, (17, 1)), k=3, device="cuda", backend="torch")
+    assert not graphs._graphs
