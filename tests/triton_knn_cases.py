@@ -499,3 +499,69 @@ def test_rerank_kernel_with_given_scores_orders_nan_zero_signs_and_padding_as_th
         rerank_select(wide, 3, scores=torch.zeros(wide.shape, device=DEVICE))
     with pytest.raises(ValueError, match="pass scores"):
         rerank_select(index, 3, metric_name="cosine")
+
+
+def _references(X, layout):
+    """Row-major references (n_ref, d) on the device as a contiguous, transposed or column-sliced tensor."""
+    X = torch.from_numpy(X).to(DEVICE)
+    if layout == "transposed":  # feature stride 1 no more: strides (1, n_ref)
+        return X.T.contiguous().T
+    if layout == "sliced":  # row stride 2 d
+        return torch.cat([X, X + 1.0], 1)[:, : X.shape[1]]
+    return X.contiguous()
+
+
+@pytest.mark.parametrize("metric,d,width,k,own,kind,layout", [
+    ("euclidean", 17, 8, 7, True, "integer", "contiguous"),
+    ("manhattan", 33, 13, 13, False, "random", "transposed"),
+    ("sqeuclidean", 65, 32, 5, True, "random", "contiguous"),
+    ("euclidean", 65, 64, 20, False, "integer", "sliced"),
+    ("manhattan", 16, 8, 3, True, "random", "sliced"),
+    ("euclidean", 5, 13, 4, False, "random", "transposed"),
+])
+def test_rerank_kernel_scores_row_major_references_at_any_d_as_the_torch_twin_bit_for_bit(metric, d, width, k, own, kind, layout):
+    # random data: the summation order shows in the last bits at d > 16 (torch's sum(-1) would not do)
+    from gpumine.core.triton.rerank import rerank_select, rerank_select_torch
+
+    n, n_ref = 37 * SCALE, 90
+    X = _data(kind, n_ref, d, 61)
+    X[4, 0] = -0.0
+    R = _references(X, layout)
+    Q = torch.from_numpy(_data(kind, n, d, 62)).to(DEVICE)
+    Q[0, 0] = -0.0
+    index = _candidate_lists(n, width, n_ref, 63)
+    mine = index[:, 0].clamp(min=0).contiguous() if own else None
+    kw = dict(Q=Q, R=R, metric_name=metric, own=mine)
+    got, twin = rerank_select(index, k, **kw), rerank_select_torch(index, k, **kw)
+    assert torch.equal(got[1], twin[1])
+    assert torch.equal(got[0].view(torch.int32), twin[0].view(torch.int32))
+    # the twin's scores are Metric.exact_scores of the gathered rows
+    ok = twin[1] >= 0
+    rows = R.index_select(0, twin[1].clamp(min=0).reshape(-1)).view(n, k, d)
+    exact = get_metric(metric).exact_scores(Q, rows)
+    assert torch.equal(torch.where(ok, exact, torch.inf).view(torch.int32), twin[0].view(torch.int32))
+    if own:
+        assert not (got[1] == mine[:, None]).any()
+    if d <= 16:  # feature-major and row-major references give the same result
+        from_rt = rerank_select(index, k, Q=Q, RT=R.T, metric_name=metric, own=mine)
+        assert torch.equal(from_rt[1], got[1]) and torch.equal(from_rt[0].view(torch.int32), got[0].view(torch.int32))
+
+
+def test_rerank_reference_arguments_are_checked_with_the_fix_named():
+    from gpumine.core.triton.rerank import RERANK_MAX_FEATURES, RERANK_ROW_MAJOR_MAX_FEATURES, rerank_select, rerank_select_torch
+
+    assert RERANK_MAX_FEATURES == 16 and RERANK_ROW_MAJOR_MAX_FEATURES is None
+    index = _candidate_lists(3, 8, 40, 64)
+    Q = torch.zeros((3, 17), device=DEVICE)
+    R = torch.zeros((40, 17), device=DEVICE)
+    for fn in (rerank_select, rerank_select_torch):
+        with pytest.raises(ValueError, match="pass row-major references R"):
+            fn(index, 3, Q=Q, RT=R.T, metric_name="euclidean")
+        with pytest.raises(ValueError, match="exactly one of RT .* and R"):
+            fn(index, 3, Q=Q, RT=R.T, R=R, metric_name="euclidean")
+        with pytest.raises(ValueError, match="exactly one of RT .* and R"):
+            fn(index, 3, Q=Q, metric_name="euclidean")
+        with pytest.raises(ValueError, match="R must be row-major"):
+            fn(index, 3, Q=Q, R=R.T, metric_name="euclidean")
+        with pytest.raises(ValueError, match="float32 references R"):
+            fn(index, 3, Q=Q, R=R.double(), metric_name="euclidean")

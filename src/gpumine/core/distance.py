@@ -8,8 +8,9 @@ closer for every metric (the inner product is negated):
   ``|x|^2 + |y|^2 - 2 x.y`` expansion does not cancel for data far from the
   origin), ``torch.cdist`` for the others.
 * ``exact_scores`` — per pair, by direct differences reduced over the pair's
-  own features, so a pair's value does not depend on tiling or batch size:
-  this is the value results are ranked by and reported from.
+  own features (in a defined order for euclidean, sqeuclidean and manhattan:
+  see :meth:`Metric.exact_scores`), so a pair's value does not depend on
+  tiling or batch size: this is the value results are ranked by and reported from.
 
 ``bounds`` gives, per query row, how far a tile score can be from the exact
 score (standard floating-point error bounds for dot products, with a safety
@@ -26,8 +27,17 @@ import torch
 __all__ = ["METRICS", "PRECISIONS", "Metric", "get_metric", "pairwise_distances", "check_precision"]
 
 # Up to this many features, exact scores add the per-feature terms one feature at a time
-# (see Metric.exact_scores_by_feature); above, one contiguous reduction per pair.
+# (see Metric.exact_scores_by_feature); above, cosine and inner product take one contiguous
+# reduction per pair, while euclidean, sqeuclidean and manhattan sum in chunks of
+# EXACT_SUM_CHUNK features (see Metric.exact_scores).
 SEQUENTIAL_MAX_FEATURES = 16
+# Euclidean, sqeuclidean and manhattan exact scores at any number of features: the per-feature
+# terms are summed in chunks of this many consecutive features, each chunk left to right from its
+# first term, and the chunk sums are added left to right. One chunk up to SEQUENTIAL_MAX_FEATURES,
+# so there it is the feature-by-feature order. A defined order (torch's sum(-1) has none) lets the
+# Triton re-rank kernel (gpumine.core.triton.rerank) reproduce these scores bit for bit at any d.
+EXACT_SUM_CHUNK = SEQUENTIAL_MAX_FEATURES
+_CHUNKED_METRICS = ("euclidean", "sqeuclidean", "manhattan")
 _SEQUENTIAL_METRICS = ("euclidean", "sqeuclidean", "manhattan", "cosine", "inner_product")
 
 _ALIASES = {
@@ -115,9 +125,10 @@ class Metric:
         """The shift applied to both sides before tile products (the reference mean, for L2)."""
         if self.name in ("euclidean", "sqeuclidean") and X_ref.shape[0]:
             # summed in float64 a block of rows at a time: no full float64 copy of the data
-            total = torch.zeros(X_ref.shape[1], dtype=torch.float64, device=X_ref.device)
-            for start in range(0, X_ref.shape[0], 65536):
-                total += X_ref[start : start + 65536].to(torch.float64).sum(0)
+            # (one block: one launch, for the launch-bound small searches)
+            total = X_ref[:65536].sum(0, dtype=torch.float64)
+            for start in range(65536, X_ref.shape[0], 65536):
+                total += X_ref[start : start + 65536].sum(0, dtype=torch.float64)
             return (total / X_ref.shape[0]).to(X_ref.dtype)
         return None
 
@@ -174,15 +185,32 @@ class Metric:
         """Exact scores of query ``Q[i]`` against each candidate ``Y[i, j]``.
 
         ``Q`` is (q, d), ``Y`` is (q, c, d) (or (1, c, d) to share candidates);
-        the result is (q, c). Each pair is reduced over its own features by one
-        contiguous reduction, so its value does not depend on which other pairs
-        share the batch (tiling, chunking, candidate lists).
+        the result is (q, c). Each pair is reduced over its own features only,
+        so its value does not depend on which other pairs share the batch
+        (tiling, chunking, candidate lists); where the order below is spelled
+        out it is fixed by ``d`` alone, whatever the batch's shape ((1, c, d)
+        or (q, c, d)) or the operands' memory layout:
+
+        * euclidean, sqeuclidean, manhattan: the per-feature terms
+          ``t_f = (x_f - y_f)^2`` (``|x_f - y_f|``) are summed in chunks of
+          ``EXACT_SUM_CHUNK`` (16) consecutive features, each chunk left to
+          right from its first term, and the chunk sums are added left to
+          right: ``((t_0 + ... + t_15) + (t_16 + ... + t_31)) + ... + (t_{16m}
+          + ... + t_{d-1})``. Up to 16 features that is one chunk, the
+          feature-by-feature order of :meth:`exact_scores_by_feature`; the
+          Triton re-rank kernel (:mod:`gpumine.core.triton.rerank`) sums in the
+          same order, so it reproduces these scores bit for bit at any ``d``.
+        * cosine, inner product: feature by feature up to
+          ``SEQUENTIAL_MAX_FEATURES``, above by one contiguous reduction per pair.
+        * chebyshev, minkowski: one contiguous reduction per pair.
         """
         # C-contiguous operands keep each pair's reduction order independent of the
         # caller's memory layout (Fortran-order input changed the order and broke ties)
         Q, Y = Q.contiguous(), Y.contiguous()
         if self.sums_by_feature(Q.shape[1]):
             return self.exact_scores_by_feature(Q, lambda f: Y[..., f])
+        if self.name in _CHUNKED_METRICS and Q.shape[1] > EXACT_SUM_CHUNK:
+            return self._chunked_exact_scores(Q, Y)
         Qb = Q[:, None, :]
         if self.name in ("cosine", "inner_product"):
             dot = (Qb * Y).sum(-1)
@@ -204,6 +232,38 @@ class Metric:
         # body and tail, which made a pair's value depend on its position
         return diff.to(torch.float64).pow_(self.p).sum(-1).pow_(1.0 / self.p).to(Q.dtype)
 
+    def _chunked_exact_scores(self, Q: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+        """:meth:`exact_scores` of euclidean, sqeuclidean and manhattan at more than one chunk of features."""
+        # On a GPU launches, not arithmetic, set the time here (~10 us each): a loop over
+        # features would take ~3 d launches (~200 at 65 features). So the terms of every pair
+        # are formed by broadcast over (q, c, features) into a buffer padded with +0.0 to whole
+        # chunks (x + 0.0 == x exactly for the non-negative terms, so the padding leaves the tail
+        # chunk's sum as it is), the 16 positions of every chunk are added left to right over a
+        # (q, c, n_chunks, 16) view (15 elementwise adds for all chunks at once), then the
+        # n_chunks chunk sums left to right: ~18 + n_chunks launches whatever d. Separate
+        # elementwise IEEE operations (no contraction across launches) round every pair alike
+        # whatever the batch's shape or layout. Peak temporaries: the padded terms, at most
+        # d + 15 values per pair (the plain form held two d-wide temporaries).
+        d = Q.shape[1]
+        n_chunks = -(-d // EXACT_SUM_CHUNK)
+        shape = torch.broadcast_shapes(Q.shape[:1] + (1,), Y.shape[:-1])
+        terms = torch.empty((*shape, n_chunks * EXACT_SUM_CHUNK), dtype=torch.promote_types(Q.dtype, Y.dtype),
+                            device=Q.device)
+        terms[..., d:].zero_()
+        torch.sub(Q[:, None, :], Y, out=terms[..., :d])
+        if self.name == "manhattan":
+            terms.abs_()
+        else:
+            terms.mul_(terms)
+        chunks = terms.view(*shape, n_chunks, EXACT_SUM_CHUNK)
+        sums = chunks[..., 0] + chunks[..., 1]
+        for j in range(2, EXACT_SUM_CHUNK):
+            sums.add_(chunks[..., j])
+        total = sums[..., 0] + sums[..., 1]
+        for i in range(2, n_chunks):
+            total.add_(sums[..., i])
+        return total
+
     def sums_by_feature(self, d: int) -> bool:
         """Whether :meth:`exact_scores` sums this metric's ``d`` per-feature terms one feature at a time."""
         return 0 < d <= SEQUENTIAL_MAX_FEATURES and self.name in _SEQUENTIAL_METRICS
@@ -216,7 +276,11 @@ class Metric:
         operation each, so the value of a pair is fixed by its own features and
         the kNN engine can gather candidates one feature at a time from a
         feature-major copy (stacking gathered features into rows took 45 % of a
-        k = 2048 search on an H200). Only for metrics where :meth:`sums_by_feature`.
+        k = 2048 search on an H200). Euclidean, sqeuclidean and manhattan
+        take any ``d``, in :meth:`exact_scores`' chunked order (left to right
+        within each ``EXACT_SUM_CHUNK`` features, then the chunk sums left to
+        right; one chunk up to 16 features); cosine and inner product only
+        where :meth:`sums_by_feature`.
         """
         d = Q.shape[1]
         if self.name in ("cosine", "inner_product"):
@@ -233,11 +297,14 @@ class Metric:
             positive = denom > 0
             cos = torch.where(positive, dot / torch.where(positive, denom, torch.ones_like(denom)), torch.zeros_like(dot))
             return (1.0 - cos).clamp_(0.0, 2.0)  # as scikit-learn: rounding can leave 1 - cos just below 0
-        total = None
+        total = part = None
         for f in range(d):
             diff = Q[:, f, None] - column(f)
             term = diff * diff if self.name != "manhattan" else diff.abs_()
-            total = term if total is None else total + term
+            part = term if part is None else part + term
+            if (f + 1) % EXACT_SUM_CHUNK == 0 or f + 1 == d:  # a chunk ends: add its sum
+                total = part if total is None else total + part
+                part = None
         return total
 
     def to_distance(self, scores: torch.Tensor) -> torch.Tensor:
