@@ -161,17 +161,16 @@ def kneighbors(
     check_precision(precision, dtype)
     backend = choose_backend(backend, dev, metric_obj, dtype, k, ref.shape[0])
     result_device = kind.device if kind.kind == "torch" else torch.device("cpu")
-    budget_bytes = working_memory_bytes(working_memory, dev)
     found = None
     if on_gpu:
         # repeated small searches replay a captured graph (see gpumine.neighbors._graphs)
-        found = search_with_graph(ref, query, k, metric_obj, exclude_self=exclude_self, device=dev, budget_bytes=budget_bytes,
+        found = search_with_graph(ref, query, k, metric_obj, exclude_self=exclude_self, device=dev, working_memory=working_memory,
                                   backend=backend, precision=precision, result_device=result_device)
     if found is not None:
         scores, index = found
     else:
-        scores, index = _search(ref, query, k, metric_obj, exclude_self, dev, budget_bytes, result_device, verbose, backend,
-                                precision)
+        scores, index = _search(ref, query, k, metric_obj, exclude_self, dev, working_memory_bytes(working_memory, dev),
+                                result_device, verbose, backend, precision)
     index_out = to_output(index, kind)
     if not return_distance:
         return index_out

@@ -164,6 +164,8 @@ def _range_scale(ref: torch.Tensor, query: torch.Tensor, largest: float | None =
 
 def _max_scale(scales):
     """Largest of the per-tile reference scales, kept on the device (no host sync)."""
+    if len(scales) == 1:
+        return scales[0]
     return torch.stack(scales).amax() if scales else 0.0
 
 
@@ -837,16 +839,22 @@ def _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, query_ids, exclud
     index = torch.empty((q, k), dtype=torch.int64, device=Q.device)
     select_on_kernel = (on_kernel and RERANK_KERNEL_AVAILABLE and Q.dtype == torch.float32
                         and cand_index.shape[1] <= RERANK_MAX_WIDTH)
-    score_on_kernel = (select_on_kernel and refs.resident and metric.name in RERANK_SCORED_METRICS
-                       and metric.sums_by_feature(d) and d <= RERANK_MAX_FEATURES)
+    # the kernel scores L2/L1 candidates itself at any d, in Metric.exact_scores' order: from the
+    # feature-major copy at few features, else from the rows (at 65 features the torch gather and
+    # broadcast took 0.3 ms of the physics search on an H200)
+    score_on_kernel = select_on_kernel and refs.resident and metric.name in RERANK_SCORED_METRICS
+    references = {"RT": refs._feature_major()} if score_on_kernel and d <= RERANK_MAX_FEATURES else {"R": refs.data}
     for s in range(0, q, sub):
         ci = cand_index[s : s + sub]
         if select_on_kernel:
             own = query_ids[s : s + sub] if exclude_self else None
             if score_on_kernel:
-                v, i = rerank_select(ci, k, Q=Q[s : s + sub], RT=refs._feature_major(), metric_name=metric.name, own=own)
+                v, i = rerank_select(ci, k, Q=Q[s : s + sub], metric_name=metric.name, own=own, **references)
             else:
                 v, i = rerank_select(ci, k, scores=refs.exact_scores(Q[s : s + sub], ci), own=own)
+            if sub >= q:  # one block: the kernel's outputs are the results (no copies)
+                scores, index = v, i
+                break
             scores[s : s + sub], index[s : s + sub] = v, i
             continue
         exact = refs.exact_scores(Q[s : s + sub], ci)

@@ -29,6 +29,7 @@ import threading
 import numpy as np
 import torch
 
+from ..config import working_memory_bytes
 from ..core.distance import Metric
 from ._engine import _References, _Retries, _range_scale, finish_scores, first_pass, plan_search
 
@@ -44,6 +45,7 @@ _lock = threading.Lock()
 _graphs: collections.OrderedDict = collections.OrderedDict()
 _seen: set = set()  # shapes met once: their eager run compiled and warmed everything up
 _refused: set = set()  # shapes whose capture failed: never tried again
+_ineligible: set = set()  # searches planned as something other than one fused launch
 
 
 class _CapturedSearch:
@@ -115,16 +117,16 @@ class _CapturedSearch:
             failed = (~self.certified).nonzero().squeeze(1)
             retries.settle(self.query, self.Qp, self.ids, self.scores, self.index, failed, self.sp.c)
         if self.to_host and not open_rows:
-            return torch.from_numpy(self.host_scores.numpy().copy()), torch.from_numpy(self.host_index.numpy().copy())
+            # the pinned buffers are the graph's: the scores leave them through finish_scores
+            # (a new tensor for distances), the indices by a copy
+            return self.host_scores, torch.from_numpy(self.host_index.numpy().copy())
         return self.scores.to(result_device, copy=True), self.index.to(result_device, copy=True)
 
 
-def _key(ref, query, k, metric, exclude_self, device, to_host, sp):
-    # no working-memory budget: it varies with free memory, and it only sizes sub-blocks
-    # (the captured search keeps its capture's); results do not depend on it
+def _key(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host):
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return (index, tuple(ref.shape), tuple(query.shape), k, metric.name, metric.p, exclude_self, to_host, sp.backend,
-            sp.precision, sp.c)
+    return (index, tuple(ref.shape), tuple(query.shape), k, metric.name, metric.p, exclude_self, backend, precision,
+            working_memory, to_host)
 
 
 def clear_search_graphs() -> None:
@@ -133,10 +135,11 @@ def clear_search_graphs() -> None:
         _graphs.clear()
         _seen.clear()
         _refused.clear()
+        _ineligible.clear()
 
 
 def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool,
-                      device: torch.device, budget_bytes: int, backend: str, precision: str, result_device: torch.device,
+                      device: torch.device, working_memory, backend: str, precision: str, result_device: torch.device,
                       as_distance: bool = True):
     """``knn_search``'s result through a captured graph, or None where the eager path must run.
 
@@ -144,7 +147,8 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
     (``query is ref`` when ``exclude_self``). None when graphs are off, the
     search is not a one-block fused search of small operands, the shape is met
     for the first time (its eager run warms up), or the data is not finite or
-    needs scaling (the eager path raises or scales).
+    needs scaling (the eager path raises or scales). A search seen before is
+    looked up without planning it again (no free-memory queries: ~40 us each).
     """
     if not (GRAPH_SEARCHES and device.type == "cuda" and ref.dtype == torch.float32 and query.dtype == torch.float32):
         return None
@@ -156,21 +160,24 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
 
     if knn_tuning.tuning_results() is not None:  # tuning times launches one by one
         return None
-    sp = plan_search(ref, query, k, metric, device=device, budget_bytes=budget_bytes, backend=backend, precision=precision)
-    if not (sp.fused and sp.resident and sp.plan.query_rows >= n_query and sp.plan.ref_rows >= n_ref):
-        return None
     to_host = result_device.type == "cpu"
-    key = _key(ref, query, k, metric, exclude_self, device, to_host, sp)
+    key = _key(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host)
     with _lock:
         entry = _graphs.get(key)
         if entry is not None:
             _graphs.move_to_end(key)
-        elif key in _refused:
-            return None
-        elif key not in _seen:
-            _seen.add(key)
+        elif key in _refused or key in _ineligible:
             return None
     if entry is None:
+        sp = plan_search(ref, query, k, metric, device=device, budget_bytes=working_memory_bytes(working_memory, device),
+                         backend=backend, precision=precision)
+        with _lock:
+            if not (sp.fused and sp.resident and sp.plan.query_rows >= n_query and sp.plan.ref_rows >= n_ref):
+                _ineligible.add(key)
+                return None
+            if key not in _seen:
+                _seen.add(key)
+                return None
         entry = _CapturedSearch(sp, ref.shape, query.shape, k, exclude_self, to_host)
         try:
             with entry.lock:
@@ -186,6 +193,9 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
                 _graphs.popitem(last=False)
     with entry.lock:
         found = entry.run(ref, query, result_device)
-    if found is None:
-        return None
-    return finish_scores(found[0], metric, as_distance, None), found[1]
+        if found is None:
+            return None
+        scores = finish_scores(found[0], metric, as_distance, None)
+        if scores is entry.host_scores:  # no new tensor (scores wanted, or a metric's distances are its scores)
+            scores = scores.clone()
+    return scores, found[1]
