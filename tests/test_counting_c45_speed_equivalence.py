@@ -3,6 +3,9 @@
 * DataFrames with non-numeric columns: numeric columns read as float64 and string columns factorised by pandas
   (``_FrameColumns``), instead of every cell boxed into one object matrix;
 * distinct values and codes by hashing (``_float_codes``, ``_str_codes``, string labels) instead of sorting;
+* integer matrices encoded all at once by counting (``_small_int_matrix_codes``), without a float64 copy;
+* binned columns' cuts and bins from their distinct values (``_lower_quantiles``) instead of partitioning and
+  searching all of the column;
 * numeric attributes of similar numbers of levels searched in one padded group on whole counts;
 * whole-count pruning deciding from the largest branches' estimates to within rounding, forming the recursion's
   nested sums only where a decision could turn within it (``BRANCH_SLACK``);
@@ -181,3 +184,72 @@ def test_estimates_within_rounding_decide_as_the_nested_sums(monkeypatch, cats):
     assert trees[0.0].n_nodes_ > 100
     for slack in (0.0, 1e300):
         _assert_same(trees[slack], trees[_c45.BRANCH_SLACK], X[:5000])
+
+
+def test_lower_quantiles_from_counts_equal_numpy():
+    rng = np.random.default_rng(11)
+    q = np.linspace(0, 1, 257)[1:-1]
+    for x in (rng.integers(0, 5000, 20011) / 3.0, rng.normal(size=999), np.repeat([1.0, 2.0, 7.5], [5, 1, 300]),
+              np.array([4.0])):
+        vals, codes = np.unique(x, return_inverse=True)
+        np.testing.assert_array_equal(_c45._lower_quantiles(vals, codes, q), np.quantile(x, q, method="lower"))
+
+
+def _int_matrix(rng, n=4000):
+    return np.column_stack([
+        rng.integers(1, 14, n),  # a card rank
+        rng.integers(-3, 3, n),
+        rng.integers(0, 3000, n),  # more distinct values than max_bins: binned
+        rng.integers(0, 2, n),
+    ])
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint16])
+@pytest.mark.parametrize("wide", [False, True])
+def test_integer_matrix_encodes_as_its_floats(monkeypatch, dtype, wide):
+    """An integer matrix is encoded at once by counting; the same values, cuts and codes as its float64 copy through
+    the per-column paths (and, too wide a range, per column itself)."""
+    rng = np.random.default_rng(5)
+    X = _int_matrix(rng)
+    if dtype == np.uint16:
+        X = X - X.min(0)
+    if wide:
+        X[0, 3] = 10**6 if dtype != np.uint16 else 65535  # one column's range spans too much for one count table
+        if dtype == np.uint16:
+            X[1, 2] = 40000
+    X = X.astype(dtype)
+    for nominal in (np.zeros(4, dtype=bool), np.array([True, True, False, True])):
+        got = _Columns(X, nominal, 256, list("abcd"))
+        assert (got._matrix is None) == wide
+        codes = got.encode_train(X)
+        assert codes.dtype == np.int32 and codes.flags.c_contiguous and got._matrix is None
+        monkeypatch.setattr(_c45, "_small_int_matrix_codes", lambda X: None)
+        monkeypatch.setattr(_c45, "_lower_quantiles", lambda *a: pytest.fail("binned by partitioning here"))
+        monkeypatch.setattr(_c45, "_small_int_codes", lambda known: None)
+        monkeypatch.setattr(_c45, "_float_codes", lambda known: None)
+        want = _Columns(X.astype(np.float64), nominal, 256, list("abcd"))
+        monkeypatch.undo()
+        np.testing.assert_array_equal(codes, want.encode_train(X.astype(np.float64)))
+        assert got.n_known == want.n_known and got.has_missing == want.has_missing
+        for a, b in zip(got.values, want.values):
+            if isinstance(a, tuple):
+                assert a[0] == b[0] and np.array_equal(a[1], b[1])
+            else:
+                assert a.dtype == b.dtype and [(type(u), u) for u in a] == [(type(v), v) for v in b]
+        for a, b in zip(got.bin_max + got.bin_min, want.bin_max + want.bin_min):
+            assert (a is None and b is None) or np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("cats", [None, "all"])
+def test_integer_input_gives_the_tree_of_its_floats(cats):
+    rng = np.random.default_rng(8)
+    X = _int_matrix(rng)
+    y = (X[:, 0] % 3 + (X[:, 1] > 0) + (X[:, 2] > 1500)) % 3
+    kw = dict(device="cpu", categorical_features=cats)
+    if cats == "all":
+        X = X[:, [0, 1, 3]]
+    fast = C45Classifier(**kw).fit(X, y)
+    slow = C45Classifier(**kw).fit(X.astype(np.float64), y)
+    assert fast.n_nodes_ > 5
+    _assert_same(fast, slow, X)
+    np.testing.assert_array_equal(fast.predict_proba(X.astype(np.float64)), slow.predict_proba(X))

@@ -133,8 +133,15 @@ class _Columns:
         self.nominal = nominal
         self.names = names
         self.n_known, self.has_missing, self.values, self.bin_max, self.bin_min = [], [], [], [], []
-        # codes of X found while finding its values (small whole numbers, strings), for encode_train(X)
-        self._source, self._codes = X, {}
+        # codes of X found while finding its values (small whole numbers, strings), for encode_train(X): per column,
+        # or, for an integer matrix, all of them at once as the (n, d) matrix encode_train returns
+        self._source, self._codes, self._matrix = X, {}, None
+        if isinstance(X, np.ndarray) and X.dtype.kind in "iu":
+            found = _small_int_matrix_codes(X)
+            if found is None:
+                X = X.astype(np.float64)  # the per-column paths read float64 values
+            else:
+                matrix_values, self._matrix = found
         if isinstance(X, _FrameColumns):
             column = X.column
         else:
@@ -144,6 +151,8 @@ class _Columns:
             strings = X.string_codes(j) if isinstance(X, _FrameColumns) and nominal[j] else None
             if strings is not None:
                 col, miss, fast = strings
+            elif self._matrix is not None:
+                miss, fast = np.zeros(X.shape[0], dtype=bool), (matrix_values[j], None)
             else:
                 col = column(j)
                 miss = _isna(col)
@@ -173,14 +182,25 @@ class _Columns:
                 self.bin_max.append(None)
                 self.bin_min.append(None)
             else:
-                kv = known.astype(np.float64)
-                vals = np.unique(kv) if fast is None else fast[0]
+                vals = np.unique(known.astype(np.float64)) if fast is None else fast[0]
                 if vals.size > max_bins:
-                    fast = None
                     # equal-frequency cuts at data values; bin c holds (cuts[c-1], cuts[c]]
-                    cuts = np.unique(np.quantile(kv, np.linspace(0, 1, max_bins + 1)[1:-1], method="lower"))
+                    q = np.linspace(0, 1, max_bins + 1)[1:-1]
+                    if fast is None:
+                        cuts = np.unique(np.quantile(known.astype(np.float64), q, method="lower"))
+                    else:
+                        # from the distinct values and their codes: the same cuts and bins, without partitioning
+                        # or searching all of the column (KDD Cup 10 %: five such columns, 0.06 s of 0.45 s)
+                        value_codes = fast[1] if self._matrix is None else self._matrix[:, j]
+                        cuts = np.unique(_lower_quantiles(vals, value_codes, q))
                     while cuts.size and cuts[-1] >= vals[-1]:
                         cuts = cuts[:-1]
+                    if fast is not None:
+                        bin_codes = np.searchsorted(cuts, vals, side="left")[value_codes]  # encode_col's, by value
+                        if self._matrix is None:
+                            fast = (None, bin_codes)
+                        else:
+                            self._matrix[:, j] = bin_codes
                     self.values.append(("binned", cuts))
                     self.bin_max.append(np.r_[cuts, vals[-1]])
                     self.bin_min.append(np.r_[vals[0], vals[np.searchsorted(vals, cuts, side="right")]])
@@ -190,7 +210,7 @@ class _Columns:
                     self.bin_min.append(vals)
             self.n_known.append(self._n_known(j))
             self.has_missing.append(bool(miss.any()))
-            if fast is not None:
+            if fast is not None and self._matrix is None:
                 codes = np.full(col.shape[0], self.n_known[j], dtype=np.int32)  # missing code
                 codes[~miss] = fast[1]
                 self._codes[j] = codes
@@ -204,6 +224,10 @@ class _Columns:
 
     def encode_train(self, X: np.ndarray) -> np.ndarray:
         """Codes ``(n, d)`` int32 of training data (of ``X`` as given to the constructor, found then where they could be)."""
+        if X is self._source and self._matrix is not None:
+            out = self._matrix
+            self._source, self._codes, self._matrix = None, {}, None
+            return out
         found = self._codes if X is self._source else {}
         # column by column into rows of the transpose: writing the columns of an (n, d) matrix is strided
         out = np.empty(X.shape[::-1], dtype=np.int32)
@@ -213,6 +237,8 @@ class _Columns:
         return _transposed(out)
 
     def encode_col(self, col, j, unknown="error"):
+        if col.dtype.kind in "iu":
+            col = col.astype(np.float64)  # the categories and cuts are float64 values
         miss = _isna(col)
         out = np.full(col.shape[0], self.n_known[j], dtype=np.int32)  # missing code
         known = ~miss
@@ -305,6 +331,38 @@ def _small_int_codes(known):
         return None
     present = np.bincount(idx) > 0
     return np.flatnonzero(present) + lo, (np.cumsum(present) - 1)[idx]
+
+
+def _small_int_matrix_codes(X):
+    """:func:`_small_int_codes` of every column of integer matrix ``X`` (as float64), at once, or ``None``.
+
+    One bincount over ``value - min + column * range`` (min and range of all of ``X``) finds every
+    column's distinct values, and one lookup gives the codes of all of ``X`` as an ``(n, d)`` int32
+    matrix in row order: no float64 copy and no transposes, five passes over ``X`` instead of a
+    dozen per column (PokerHand, 1M x 10 on a 2-core CPU: 0.05 s instead of 0.2 s). Returns the
+    list of each column's sorted distinct values (float64) and the codes. ``None`` where the values
+    of ``X`` span more than ``max(2**16, n)`` (each column's range is then its own; the per-column
+    paths take it) or the table of counts would outgrow ``X``.
+    """
+    n, d = X.shape
+    if not X.size:
+        return None
+    lo, hi = int(X.min()), int(X.max())
+    span = hi - lo + 1
+    if not (-2**52 < lo and hi < 2**52) or span - 1 > max(1 << 16, n) or span * d > max(X.size, 1 << 16):
+        return None
+    index = np.add(X, np.arange(d, dtype=np.int64) * span - lo, dtype=np.int64, casting="unsafe")
+    present = np.bincount(index.reshape(-1), minlength=span * d).reshape(d, span) > 0
+    rank = (np.cumsum(present, axis=1) - 1).astype(np.int32)
+    values = [np.flatnonzero(p) + float(lo) for p in present]
+    return values, rank.reshape(-1)[index]
+
+
+def _lower_quantiles(values, codes, q):
+    """``np.quantile(values[codes], q, method="lower")`` for sorted distinct ``values`` and each element's index
+    ``codes`` among them: the order statistics at NumPy's indexes for ``"lower"``, read off the values' counts."""
+    at = np.floor((codes.size - 1) * q).astype(np.intp)
+    return values[np.searchsorted(np.cumsum(np.bincount(codes, minlength=values.size)), at, side="right")]
 
 
 def _float_codes(known):
@@ -570,7 +628,8 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"representation must be one of {_REPRESENTATIONS}; got {self.representation!r}")
 
     def _to_frame(self, X, reset):
-        """A 2-D object-or-float NumPy matrix and the nominal mask; sets / checks feature names and count."""
+        """A 2-D object, integer or float64 NumPy matrix (or :class:`_FrameColumns`), the numeric-column mask and
+        the column names; sets / checks feature names and count."""
         names = None
         if isinstance(X, pd.DataFrame):
             names = [str(c) for c in X.columns]
@@ -592,13 +651,14 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                 raise ValueError("Complex data not supported; pass real numbers")
             if arr.dtype.kind not in "biufOUSb":
                 raise ValueError(f"X has dtype {arr.dtype}, which is not supported")
-            if arr.dtype.kind in "biuf" and arr.dtype != np.float64:
+            if arr.dtype.kind == "b" or (arr.dtype.kind == "f" and arr.dtype != np.float64):
+                # integers stay: their columns are read as float64 where needed (no float64 copy of all of X)
                 arr = arr.astype(np.float64)
             if arr.dtype.kind in "US":
                 arr = arr.astype(object)
             if arr.dtype.kind == "c":
                 raise ValueError("complex data is not supported")
-            is_num = np.full(arr.shape[1] if arr.ndim == 2 else 0, arr.dtype.kind == "f")
+            is_num = np.full(arr.shape[1] if arr.ndim == 2 else 0, arr.dtype.kind in "iuf")
         if arr.ndim != 2:
             raise ValueError(f"Expected 2D array, got {arr.ndim}D array instead. Reshape your data either using "
                              "array.reshape(-1, 1) if your data has a single feature or array.reshape(1, -1) "
@@ -704,16 +764,19 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             arr.nominal = nominal
         self._names = names or [f"x{j}" for j in range(d)]
         self._cols = _Columns(arr, nominal, int(self.max_bins), self._names)
-        codes = torch.from_numpy(self._cols.encode_train(arr)).to(self._device)
-        y_t = torch.from_numpy(ycodes.astype(np.int64)).to(self._device)
-        w_t = None if w is None else torch.from_numpy(w).to(self._device)
+        # host copies for the pruning, which runs on the host (on a GPU: no copies back of what was sent)
+        codes_h = torch.from_numpy(self._cols.encode_train(arr))
+        y_h = torch.from_numpy(ycodes.astype(np.int64, copy=False))
+        w_h = None if w is None else torch.from_numpy(w)
+        codes, y_t = codes_h.to(self._device), y_h.to(self._device)
+        w_t = None if w is None else w_h.to(self._device)
         try:
             self._grow(codes, y_t, w_t, n)
             if self.collapse:
                 self._collapse(0)
             if self.prune:
                 if self.subtree_raising:
-                    self._prune_raising(codes, y_t, w_t)
+                    self._prune_raising(codes_h, y_h, w_h)
                 else:
                     self._prune()
         finally:
@@ -1633,12 +1696,14 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             order. A leaf leads to itself there (its own first child, a test no code passes), so rows
             that reached one may take more steps: the rows take ``ROUTE_STRIDE`` steps between drops of
             those at leaves (a drop costs about as much as a step), and none once ``depth`` steps were
-            taken. Dropped rows write their leaf by row (``rowleaf``).
+            taken. Dropped rows write their leaf by row (``rowleaf``); where none were dropped (most calls on
+            shallow trees) the rows are all there, in order, and are their own answer.
             """
             if not seg.size:
                 return np.zeros(0, dtype=np.int64)
             at = seg * d
             nd = start
+            dropped = False
             while True:
                 for _ in range(min(ROUTE_STRIDE, depth)):
                     c = codes_flat[at + step_attr[nd]]
@@ -1650,17 +1715,20 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
                         nd = step_first[nd] + np.where(step_nom[nd], c, c > step_thr[nd])
                 depth -= ROUTE_STRIDE
                 if depth <= 0:
-                    rowleaf[at // d] = nd
-                    return rowleaf[seg]
+                    break
                 lf = step_first[nd] == nd
                 done = np.flatnonzero(lf)
+                if done.size == nd.size:
+                    break
                 if done.size:
-                    if done.size == nd.size:
-                        rowleaf[at // d] = nd
-                        return rowleaf[seg]
                     rowleaf[at[done] // d] = nd[done]
+                    dropped = True
                     go = np.flatnonzero(~lf)
                     at, nd = at[go], nd[go]
+            if not dropped:
+                return nd
+            rowleaf[at // d] = nd
+            return rowleaf[seg]
 
         def distinct(nd):
             """The distinct node ids of ``nd`` in no particular order, in time linear in ``nd`` (not in the tree
@@ -1904,37 +1972,44 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
             frontier = ch
 
     def _finalize(self):
-        """Prediction tables on the device, indexed by node id."""
+        """Prediction tables (on the device) of the nodes of the final tree, numbered anew in id order (root 0).
+
+        Collapsing and pruning leave most grown nodes out of the tree (PokerHand 1M: 105k of 400k
+        nominal, 108k of 431k numeric); tables of the tree's nodes alone are a quarter of the work
+        and of the copy to the device.
+        """
         T = self._tree
-        N, maxk = T.n, T.maxk
-        reach = np.zeros(N, dtype=bool)
-        frontier = np.array([0])
-        while frontier.size:
-            reach[frontier] = True
-            nc = T.nchild[frontier]
-            inner = frontier[nc > 0]
-            if inner.size == 0:
-                break
-            frontier = T.children(inner)
+        maxk = T.maxk
+        levels = T.levels(0)
+        reach = np.zeros(T.n, dtype=bool)
+        reach[np.concatenate(levels)] = True
+        old = np.flatnonzero(reach)
+        N = old.size
+        new_id = np.full(T.n, -1, dtype=np.int64)
+        new_id[old] = np.arange(N)
+        nchild = T.nchild[old]
         b = np.arange(maxk)
-        kids = np.where(b[None, :] < T.nchild[:N, None], T.first[:N, None] + b[None, :], -1)
-        tot = T.dist[:N].sum(1)
-        prob = np.where(tot[:, None] > 0, T.dist[:N] / np.where(tot > 0, tot, 1)[:, None], 0.0)
+        kids = np.where(b[None, :] < nchild[:, None], new_id[np.minimum(T.first[old][:, None] + b[None, :], T.n - 1)], -1)
+        dist = T.dist[old]
+        tot = dist.sum(1)
+        prob = np.where(tot[:, None] > 0, dist / np.where(tot > 0, tot, 1)[:, None], 0.0)
         empty = tot <= 0
-        depth = T.depth[:N]
-        for dep in range(1, int(depth.max()) + 1 if N else 0):
-            idx = np.flatnonzero(empty & (depth == dep))
-            if idx.size:
-                prob[idx] = prob[T.parent[idx]]
-        attr = np.where(T.nchild[:N] > 0, T.attr[:N], -1)
+        # an empty node answers with its parent's distribution (inherited itself where the parent is empty): top-down
+        for lvl in levels[:-1]:
+            P = lvl[T.nchild[lvl] > 0]
+            child = new_id[T.children(P)]
+            parent = np.repeat(new_id[P], T.nchild[P])
+            e = empty[child]
+            prob[child[e]] = prob[parent[e]]
+        attr = np.where(nchild > 0, T.attr[old], -1)
         is_num = np.zeros(N, dtype=bool)
         inner = attr >= 0
         is_num[inner] = ~np.asarray(self._cols.nominal)[attr[inner]]
-        self._t = {"attr": attr, "num": is_num, "thr": T.thr[:N].copy(), "kids": kids, "frac": T.frac[:N].copy(),
-                   "prob": prob, "empty": empty, "dist": T.dist[:N].copy()}
-        self.n_nodes_ = int(reach.sum())
-        self.n_leaves_ = int((reach & (attr < 0)).sum())
-        self.depth_ = int(depth[reach].max())
+        self._t = {"attr": attr, "num": is_num, "thr": T.thr[old], "kids": kids, "frac": T.frac[old],
+                   "prob": prob, "empty": empty, "dist": dist}
+        self.n_nodes_ = int(N)
+        self.n_leaves_ = int((attr < 0).sum())
+        self.depth_ = len(levels) - 1
         dev = self._device
         self._dev_tables = {k: torch.as_tensor(v, device=dev) for k, v in self._t.items() if k != "dist"}
 
