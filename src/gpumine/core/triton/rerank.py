@@ -62,6 +62,16 @@ RERANK_KERNEL_AVAILABLE = triton is not None
 
 if triton is not None:
 
+    @triton.jit
+    def _term(q_at, ref_at, f, stride_ref_f, row_ok, inside, SCORE: tl.constexpr):
+        """Feature ``f``'s term of every (row, candidate) pair: (x - y)^2 (SCORE 1) or |x - y|."""
+        q = tl.load(q_at + f, mask=row_ok, other=0.0)
+        r = tl.load(ref_at + f * stride_ref_f, mask=inside, other=0.0)
+        diff = q[:, None] - r
+        if SCORE == 1:
+            return diff * diff
+        return tl.abs(diff)
+
     @triton.jit(do_not_specialize=["n_rows", "width", "k", "d", "n_chunks"])
     def _rerank_select_kernel(
         S, IDX, OWN, Q, REF, OUT_V, OUT_I,
@@ -91,38 +101,19 @@ if triton is not None:
             s = tl.zeros((BLOCK_ROWS, W), tl.float32)
             if D > 0:
                 for f in tl.static_range(D):
-                    q = tl.load(q_at + f, mask=row_ok, other=0.0)
-                    r = tl.load(ref_at + f * stride_ref_f, mask=inside, other=0.0)
-                    diff = q[:, None] - r
-                    if SCORE == 1:
-                        s = s + diff * diff
-                    else:
-                        s = s + tl.abs(diff)
+                    s = s + _term(q_at, ref_at, f, stride_ref_f, row_ok, inside, SCORE)
             else:
                 # whole chunks: each summed left to right from 0.0 (0.0 + t == t for the
                 # non-negative terms), then added to the running total
                 for c in range(0, n_chunks):
                     part = tl.zeros((BLOCK_ROWS, W), tl.float32)
                     for j in tl.static_range(CHUNK):
-                        f = c * CHUNK + j
-                        q = tl.load(q_at + f, mask=row_ok, other=0.0)
-                        r = tl.load(ref_at + f * stride_ref_f, mask=inside, other=0.0)
-                        diff = q[:, None] - r
-                        if SCORE == 1:
-                            part = part + diff * diff
-                        else:
-                            part = part + tl.abs(diff)
+                        part = part + _term(q_at, ref_at, c * CHUNK + j, stride_ref_f, row_ok, inside, SCORE)
                     s = s + part
                 # the tail chunk (empty: s + 0.0 == s)
                 part = tl.zeros((BLOCK_ROWS, W), tl.float32)
                 for f in range(n_chunks * CHUNK, d):
-                    q = tl.load(q_at + f, mask=row_ok, other=0.0)
-                    r = tl.load(ref_at + f * stride_ref_f, mask=inside, other=0.0)
-                    diff = q[:, None] - r
-                    if SCORE == 1:
-                        part = part + diff * diff
-                    else:
-                        part = part + tl.abs(diff)
+                    part = part + _term(q_at, ref_at, f, stride_ref_f, row_ok, inside, SCORE)
                 s = s + part
         s = tl.where(invalid, float("inf"), s)
         s = tl.where(s == 0.0, 0.0, s)  # -0.0 and +0.0 tie
