@@ -835,8 +835,10 @@ def _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, query_ids, exclud
     # exact per-pair scores of the candidates, in query sub-blocks that fit the budget
     itemsize = Q.element_size()
     sub = max(1, min(q, plan.budget_bytes // max(1, 3 * cand_index.shape[1] * (d + 4) * itemsize)))
-    scores = torch.empty((q, k), dtype=Q.dtype, device=Q.device)
-    index = torch.empty((q, k), dtype=torch.int64, device=Q.device)
+    one_block = sub >= q  # the block's selection is the result: no output to assemble
+    if not one_block:
+        scores = torch.empty((q, k), dtype=Q.dtype, device=Q.device)
+        index = torch.empty((q, k), dtype=torch.int64, device=Q.device)
     select_on_kernel = (on_kernel and RERANK_KERNEL_AVAILABLE and Q.dtype == torch.float32
                         and cand_index.shape[1] <= RERANK_MAX_WIDTH)
     # the kernel scores L2/L1 candidates itself at any d, in Metric.exact_scores' order: from the
@@ -852,19 +854,18 @@ def _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, query_ids, exclud
                 v, i = rerank_select(ci, k, Q=Q[s : s + sub], metric_name=metric.name, own=own, **references)
             else:
                 v, i = rerank_select(ci, k, scores=refs.exact_scores(Q[s : s + sub], ci), own=own)
-            if sub >= q:  # one block: the kernel's outputs are the results (no copies)
-                scores, index = v, i
-                break
+        else:
+            exact = refs.exact_scores(Q[s : s + sub], ci)
+            invalid = ci < 0
+            if exclude_self:
+                own = query_ids[s : s + sub, None]
+                invalid |= ci == own
+            exact = torch.where(invalid, torch.full_like(exact, float("inf")), exact)
+            v, i = topk_by_score_then_index(exact, torch.where(invalid, torch.full_like(ci, PAD_INDEX), ci), k)
+        if one_block:
+            scores, index = v, i
+        else:
             scores[s : s + sub], index[s : s + sub] = v, i
-            continue
-        exact = refs.exact_scores(Q[s : s + sub], ci)
-        invalid = ci < 0
-        if exclude_self:
-            own = query_ids[s : s + sub, None]
-            invalid |= ci == own
-        exact = torch.where(invalid, torch.full_like(exact, float("inf")), exact)
-        v, i = topk_by_score_then_index(exact, torch.where(invalid, torch.full_like(ci, PAD_INDEX), ci), k)
-        scores[s : s + sub], index[s : s + sub] = v, i
     # Every reference left out has a tile score >= cth, so an exact score >= cth + offset - low;
     # when that is above the exact k-th score, nothing left out can be among the k nearest,
     # ties included (in float64, so the test itself does not round). An infinite or NaN largest

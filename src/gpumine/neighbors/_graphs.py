@@ -46,6 +46,7 @@ _graphs: collections.OrderedDict = collections.OrderedDict()
 _seen: set = set()  # shapes met once: their eager run compiled and warmed everything up
 _refused: set = set()  # shapes whose capture failed: never tried again
 _ineligible: set = set()  # searches planned as something other than one fused launch
+_REMEMBERED_MAX = 4096  # keys kept in each set above, so varying shapes cannot grow them forever
 
 
 class _CapturedSearch:
@@ -129,6 +130,12 @@ def _key(ref, query, k, metric, exclude_self, device, backend, precision, workin
             working_memory, to_host)
 
 
+def _remember(keys: set, key) -> None:
+    if len(keys) >= _REMEMBERED_MAX:  # forgetting only costs an eager call or a re-plan
+        keys.clear()
+    keys.add(key)
+
+
 def clear_search_graphs() -> None:
     """Free every captured search graph (and its buffers); later searches capture anew."""
     with _lock:
@@ -173,10 +180,10 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
                          backend=backend, precision=precision)
         with _lock:
             if not (sp.fused and sp.resident and sp.plan.query_rows >= n_query and sp.plan.ref_rows >= n_ref):
-                _ineligible.add(key)
+                _remember(_ineligible, key)
                 return None
             if key not in _seen:
-                _seen.add(key)
+                _remember(_seen, key)
                 return None
         entry = _CapturedSearch(sp, ref.shape, query.shape, k, exclude_self, to_host)
         try:
