@@ -67,6 +67,20 @@ def test_replayed_searches_equal_the_eager_path_on_new_data_each_call(graphs, mo
         assert all(torch.equal(a, b) for a, b in zip(got, kept))
 
 
+def test_host_operands_staged_through_pinned_buffers_give_the_pageable_copies_results(graphs, monkeypatch):
+    results = {}
+    for staging in (True, False):
+        monkeypatch.setattr(graphs, "GRAPH_STAGING", staging)
+        graphs.clear_search_graphs()
+        for R, Q in _datasets("gauss", 65, N, seed=5):  # new host data each call: the staging buffers are refilled
+            results.setdefault(staging, []).append(kneighbors(R, Q, k=7, device="cuda"))
+        (entry,) = graphs._graphs.values()
+        assert bool(entry.staging) == staging
+    for got, want in zip(results[True], results[False]):
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0].view(np.int32), want[0].view(np.int32))
+
+
 def test_bad_or_extreme_data_in_a_captured_shape_goes_the_eager_way(graphs):
     rng = np.random.default_rng(5)
     R = rng.standard_normal((N, 12)).astype(np.float32)

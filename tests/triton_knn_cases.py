@@ -11,7 +11,7 @@ import torch
 
 from gpumine.core.distance import get_metric
 from gpumine.core.triton.exact_tile import exact_tile_scores, exact_tile_scores_torch, scores_within, scores_within_torch
-from gpumine.core.triton.knn import SPLIT_MAX_WIDTH, fused_candidates, split_tf32x3
+from gpumine.core.triton.knn import ROW_ALIGN, SPLIT_MAX_WIDTH, _aligned_rows, fused_candidates, split_tf32x3
 from gpumine.neighbors import kneighbors
 from gpumine.neighbors._engine import knn_search
 from knn_oracle import assert_knn_matches, brute_force_knn
@@ -376,6 +376,20 @@ def test_features_past_one_dot_step_are_added_as_fmas(d, with_bias):
         scores = Q.double() @ (-2.0 * X.double()).T + (bias.double()[None, :] if with_bias else 0)
         torch.testing.assert_close(v.double(), torch.sort(scores, dim=1).values[:, :8], rtol=1e-5, atol=1e-4)
         torch.testing.assert_close(scores.gather(1, i), v.double(), rtol=1e-5, atol=1e-4)
+
+
+def test_dot_operands_are_aligned_and_their_layout_does_not_change_the_candidates():
+    X = torch.from_numpy(_data("random", 70 * SCALE, 66, 34)).to(DEVICE)
+    A = _aligned_rows(X[:, :65])
+    assert A.stride() == (80, 1) and torch.equal(A, X[:, :65]) and A.data_ptr() % (4 * ROW_ALIGN) == 0
+    assert _aligned_rows(A) is A
+    Q = torch.from_numpy(_data("random", 19 * SCALE, 65, 35)).to(DEVICE)
+    bias = (X[:, :65] * X[:, :65]).sum(1)
+    # a strided view (rows 66 apart), a transposed copy and a contiguous copy: the same candidates
+    layouts = [(Q, X[:, :65]), (Q.T.contiguous().T, X[:, :65].T.contiguous().T), (Q.contiguous(), X[:, :65].contiguous())]
+    results = [fused_candidates(q, r, 8, metric_name="euclidean", prepared=True, ref_bias=bias, **BLOCKS) for q, r in layouts]
+    for v, i in results[1:]:
+        assert torch.equal(v, results[0][0]) and torch.equal(i, results[0][1])
 
 
 @pytest.mark.parametrize("metric", ["euclidean", "cosine"])

@@ -253,6 +253,24 @@ def _next_pow2(x: int) -> int:
     return 1 << max(0, (int(x) - 1).bit_length())
 
 
+# Row strides of dot-scored operands are rounded up to this many float32 (64 bytes): Triton then
+# knows every row starts aligned and loads a tile's rows as vectors. On an H200 (2026-11-22) the
+# physics kernel (12,000 x 32,768, 65 prepared features) took 1.45 ms with rows 80 floats apart
+# against 1.57 ms at 65 (the previous contiguous copy), and 0.95 vs 1.04 ms with no insertion.
+ROW_ALIGN = 16
+
+
+def _aligned_rows(X: torch.Tensor) -> torch.Tensor:
+    """``X`` with unit feature stride and a row stride that is a multiple of ``ROW_ALIGN`` (a padded copy if needed)."""
+    n, d = X.shape
+    if X.stride(1) == 1 and (X.stride(0) % ROW_ALIGN == 0 or n <= 1) and X.data_ptr() % (4 * ROW_ALIGN) == 0:
+        return X
+    width = -(-d // ROW_ALIGN) * ROW_ALIGN
+    out = X.new_empty((n, width))[:, :d]
+    out.copy_(X)
+    return out
+
+
 def _score_kind(metric_name: str, prepared: bool, d: int) -> int:
     if metric_name == "manhattan":
         return _SCORE_L1
@@ -442,7 +460,7 @@ def fused_candidates(
     if score == _SCORE_DOT and block_k is None and ONE_STEP_WIDTH < d <= ONE_STEP_WIDTH + MAX_DOT_TAIL:
         block_k, tail = ONE_STEP_WIDTH, d - ONE_STEP_WIDTH
     if score == _SCORE_DOT:
-        Q, R = Q.contiguous(), R.contiguous()  # row-major: a tile is a (rows x features) block
+        Q, R = _aligned_rows(Q), _aligned_rows(R)  # row-major: a tile is a (rows x features) block
         q_strides, r_strides = (Q.stride(0), 1), (R.stride(0), 1)
     else:
         # feature-major copies make each feature's column a contiguous, coalesced load
