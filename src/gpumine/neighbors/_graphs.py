@@ -16,6 +16,10 @@ scaling or is not finite goes the usual way (which raises or scales); uncertifie
 rows are settled eagerly by the engine's retries. The results are those of the
 eager path bit for bit: same kernels, same launch shapes, same order.
 
+Host operands reach the input buffers through pinned buffers of their own
+(``GRAPH_STAGING``), so a captured search of host data holds its operands' size in
+pinned host memory as well (at most ``GRAPH_MAX_INPUT_BYTES`` per shape).
+
 ``GRAPH_SEARCHES = False`` turns this off (same-run A/B timings);
 :func:`clear_search_graphs` frees the captured graphs and their buffers.
 """
