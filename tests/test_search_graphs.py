@@ -81,6 +81,31 @@ def test_host_operands_staged_through_pinned_buffers_give_the_pageable_copies_re
         np.testing.assert_array_equal(got[0].view(np.int32), want[0].view(np.int32))
 
 
+def test_estimators_replay_graphs_with_the_eager_paths_results(graphs, monkeypatch):
+    from gpumine.neighbors import KNeighborsClassifier, NearestNeighbors
+
+    rng = np.random.default_rng(3)
+    R = (rng.standard_normal((N, 65)) * 10.0 ** rng.uniform(-1, 2, 65)).astype(np.float32)
+    y = (R[:, 0] > 0).astype(int)
+    nn = NearestNeighbors(n_neighbors=7, device="cuda").fit(R)
+    clf = KNeighborsClassifier(n_neighbors=7, device="cuda").fit(R, y)
+
+    def results():
+        return nn.kneighbors(Q), nn.kneighbors(), clf.predict_proba(Q)
+
+    for _ in range(3):  # new queries each call; the training-set search repeats its own
+        Q = (rng.standard_normal((N, 65)) * 10.0 ** rng.uniform(-1, 2, 65)).astype(np.float32)
+        got = results()
+        monkeypatch.setattr(graphs, "GRAPH_SEARCHES", False)
+        want = results()
+        monkeypatch.setattr(graphs, "GRAPH_SEARCHES", True)
+        for g, w in zip(got[:2], want[:2]):
+            np.testing.assert_array_equal(g[1], w[1])
+            np.testing.assert_array_equal(g[0].view(np.int32), w[0].view(np.int32))
+        np.testing.assert_array_equal(got[2], want[2])
+    assert len(graphs._graphs) == 2  # the query search and the training set's own
+
+
 def test_bad_or_extreme_data_in_a_captured_shape_goes_the_eager_way(graphs):
     rng = np.random.default_rng(5)
     R = rng.standard_normal((N, 12)).astype(np.float32)

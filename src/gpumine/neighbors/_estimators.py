@@ -25,6 +25,7 @@ from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ..core.distance import check_precision, get_metric
 from ..core.tiles import fits_on_device
 from ._engine import choose_backend, knn_search
+from ._graphs import search_with_graph
 
 try:  # keeps feature-name checks identical to scikit-learn's own estimators
     from sklearn.utils.validation import _check_feature_names
@@ -119,6 +120,13 @@ class _KNeighborsBase(BaseEstimator):
             kind, exclude_self = output_kind(X), False
         n_neighbors = check_n_neighbors(n_neighbors, self.n_samples_fit_, excluding_self=exclude_self)
         backend = choose_backend(self.backend, self.device_, self._metric, self._fit_X.dtype, n_neighbors, self.n_samples_fit_)
+        if self.device_.type == "cuda":
+            # repeated small searches replay a captured graph, as kneighbors does (gpumine.neighbors._graphs)
+            found = search_with_graph(self._fit_X, query, n_neighbors, self._metric, exclude_self=exclude_self,
+                                      device=self.device_, working_memory=self.working_memory, backend=backend,
+                                      precision=self.precision, result_device=self.device_)
+            if found is not None:
+                return found[0], found[1], kind
         scores, index = knn_search(
             self._fit_X,
             query,
