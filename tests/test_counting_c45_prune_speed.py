@@ -1,9 +1,11 @@
 """The shortcuts of the whole-count pruning with subtree raising leave its trees unchanged.
 
 The routing down the largest branches takes several steps between drops of the rows at leaves (a leaf leads to
-itself), bounded by the nodes' initial heights; the leaf estimates come from one table-backed function that also
-returns the rows' sums. Trees must equal the node-by-node recursion of ``test_counting_c45_pruning`` bit for bit
-whatever the stride, on numeric, nominal and mixed data.
+itself), bounded by the nodes' initial heights, in blocks of rows; the leaf estimates come from one table-backed
+function, in blocks of rows, that also returns the rows' sums; the rows are sorted by leaf with torch's stable
+sort when there are many, and their codes padded to rows NumPy copies as one item when they are narrow enough.
+Trees must equal the node-by-node recursion of ``test_counting_c45_pruning`` bit for bit whatever the stride, the
+block sizes and the sort, on numeric, nominal and mixed data, with rows padded or not.
 """
 
 import numpy as np
@@ -44,3 +46,38 @@ def test_routing_stride_leaves_the_tree_as_the_recursion(monkeypatch, stride, ca
         kw = dict(kw, categorical_features=[] if cats == "numeric" else "all")
     monkeypatch.setattr(_c45, "ROUTE_STRIDE", stride)
     _assert_same(_fit(X, y, None, kw), _fit(X, y, None, kw, reference=True), X)
+
+
+@pytest.mark.parametrize("cats", ["mixed", "numeric", "nominal"])
+@pytest.mark.parametrize("seed", [1, 4, 9])
+def test_blocks_and_torch_sort_leave_the_tree_as_the_recursion(monkeypatch, cats, seed):
+    X, y, kw = _whole_dataset(seed)
+    if cats != "mixed":
+        kw = dict(kw, categorical_features=[] if cats == "numeric" else "all")
+    want = _fit(X, y, None, kw, reference=True)
+    # blocks of a few rows (many per routing and per estimate), and torch's sort of the rows by leaf
+    monkeypatch.setattr(_c45, "ROUTE_BLOCK", 7)
+    monkeypatch.setattr(_c45, "EST_BLOCK", 5)
+    monkeypatch.setattr(_c45, "TORCH_SORT_MIN", 16)
+    _assert_same(_fit(X, y, None, kw), want, X)
+
+
+@pytest.mark.parametrize("cats", ["mixed", "numeric", "nominal"])
+def test_unpadded_wide_rows_leave_the_tree_as_the_recursion(cats):
+    # more than 32 one-byte codes a row: the rows are not padded (and a nominal leaf's step reads no padding)
+    X, y, kw = _whole_dataset(3)
+    rng = np.random.default_rng(5)
+    X = np.column_stack([X] + [rng.integers(0, 3, X.shape[0]).astype(float) for _ in range(36)])
+    cat = {"mixed": list(range(0, X.shape[1], 2)), "numeric": [], "nominal": "all"}[cats]
+    kw = dict(kw, categorical_features=cat)
+    _assert_same(_fit(X, y, None, kw), _fit(X, y, None, kw, reference=True), X)
+
+
+@pytest.mark.parametrize("bound", [7, 1 << 16, 431_000, 1 << 31])
+def test_stable_sort_is_argsort(bound):
+    key = np.random.default_rng(bound % 89).integers(0, bound, 70_000)
+    for k in (key, key.astype(np.int32)):
+        order, sorted_key = _c45._stable_sort(k, bound)
+        want = np.argsort(k, kind="stable")
+        np.testing.assert_array_equal(order, want)
+        np.testing.assert_array_equal(sorted_key, k[want])
