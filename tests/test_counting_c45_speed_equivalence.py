@@ -253,3 +253,31 @@ def test_integer_input_gives_the_tree_of_its_floats(cats):
     assert fast.n_nodes_ > 5
     _assert_same(fast, slow, X)
     np.testing.assert_array_equal(fast.predict_proba(X.astype(np.float64)), slow.predict_proba(X))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint8])
+@pytest.mark.parametrize("wide", [False, True])
+def test_integer_matrix_codes_on_a_device_equal_the_host_counting(dtype, wide):
+    """The GPU form of the integer encoding (run here on the CPU device: the same torch operations) gives the
+    host form's values and codes, and declines the same matrices."""
+    rng = np.random.default_rng(6)
+    X = _int_matrix(rng)
+    if dtype == np.uint8:
+        X = X - X.min()
+    if wide:
+        if np.iinfo(dtype).max < 10**6:
+            pytest.skip("no range of this type is too wide for one count table")
+        X[0, 3] = 10**6  # one column's range spans too much for one count table
+    X = X.astype(dtype)
+    want = _c45._small_int_matrix_codes(X)
+    assert (want is None) == wide
+    got = _c45._small_int_matrix_codes_cuda(X, torch.device("cpu"))
+    assert (got is None) == (want is None)
+    if want is not None:
+        assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(got[0], want[0]))
+        assert got[1].dtype == want[1].dtype == np.int32 and np.array_equal(got[1], want[1])
+    if torch.cuda.is_available():
+        on_gpu = _c45._small_int_matrix_codes_cuda(X, torch.device("cuda"))
+        assert (on_gpu is None) == (want is None)
+        if want is not None:
+            assert np.array_equal(on_gpu[1], want[1]) and all(np.array_equal(a, b) for a, b in zip(on_gpu[0], want[0]))
