@@ -814,6 +814,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         finally:
             self._row_node = None  # the growth's leaf of every row, for the pruning only
         self._finalize()
+        self._tree.trim()
         return self
 
     def _grow(self, codes, y, w, n):
@@ -841,7 +842,7 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
         nominal = np.asarray(cols.nominal, dtype=bool)
         has_missing = np.asarray(cols.has_missing, dtype=bool)
         maxk = int(max([2] + [cols.n_known[j] for j in range(d) if cols.nominal[j]]))
-        T = self._tree = _Nodes(C, maxk)
+        T = self._tree = _Nodes(C, maxk, capacity=n)  # PokerHand 1M grows ~400k nodes
         self.representations_ = []
         # per-attribute constants on the device: the routing tables of a depth are built there from the chosen splits
         n_known_t = torch.as_tensor(n_known, device=dev)
@@ -2242,18 +2243,20 @@ class C45Classifier(ClassifierMixin, BaseEstimator):
 class _Nodes:
     """Growable node arrays; the children of a node are the ids ``first .. first + nchild - 1``."""
 
-    def __init__(self, C, maxk):
+    def __init__(self, C, maxk, capacity=64):
         self.C, self.maxk, self.n = C, maxk, 0
-        self._alloc(64)
+        self._alloc(max(64, int(capacity)))
 
     def _alloc(self, cap):
+        # zeros are mapped lazily and the -1 fields are written by add(): a capacity never reached costs no
+        # memory, and a generous first one spares the copies of growing (PokerHand 1M: six, 30 ms)
         old = {k: getattr(self, k) for k in ("dist", "parent", "attr", "thr", "thrc", "first", "nchild", "frac", "depth")} \
             if hasattr(self, "dist") else None
         self.dist = np.zeros((cap, self.C))
-        self.parent = np.full(cap, -1, dtype=np.int64)
-        self.attr = np.full(cap, -1, dtype=np.int64)
+        self.parent = np.empty(cap, dtype=np.int64)
+        self.attr = np.empty(cap, dtype=np.int64)
         self.thr = np.zeros(cap)
-        self.thrc = np.full(cap, -1, dtype=np.int64)  # numeric split: the last level code of the left branch
+        self.thrc = np.empty(cap, dtype=np.int64)  # numeric split: the last level code of the left branch
         self.first = np.zeros(cap, dtype=np.int64)
         self.nchild = np.zeros(cap, dtype=np.int64)
         self.frac = np.zeros((cap, self.maxk))
@@ -2262,12 +2265,19 @@ class _Nodes:
             for k, v in old.items():
                 getattr(self, k)[:self.n] = v[:self.n]
 
+    def trim(self):
+        """Views of the ``n`` nodes only: a fitted model pickles its tree, not the capacity left over."""
+        for k in ("dist", "parent", "attr", "thr", "thrc", "first", "nchild", "frac", "depth"):
+            setattr(self, k, getattr(self, k)[:self.n])
+
     def add(self, parents, depth):
         m = len(parents)
         if self.n + m > self.dist.shape[0]:
             self._alloc(max(2 * self.dist.shape[0], self.n + m))
         ids = np.arange(self.n, self.n + m)
         self.parent[ids] = parents
+        self.attr[ids] = -1
+        self.thrc[ids] = -1
         self.depth[ids] = depth
         self.n += m
         return ids
