@@ -337,6 +337,14 @@ def _small_int_codes(known):
     return np.flatnonzero(present) + lo, (np.cumsum(present) - 1)[idx]
 
 
+def _counts_fit(lo, hi, shape):
+    """Whether whole numbers in ``lo .. hi`` of an ``(n, d)`` matrix are encoded by one table of counts: a range
+    of at most ``max(2**16, n)`` values, and a table no larger than the matrix (or ``2**16``)."""
+    n, d = shape
+    span = hi - lo + 1
+    return -2**52 < lo and hi < 2**52 and span - 1 <= max(1 << 16, n) and span * d <= max(n * d, 1 << 16)
+
+
 def _small_int_matrix_codes(X):
     """:func:`_small_int_codes` of every column of integer matrix ``X`` (as float64), at once, or ``None``.
 
@@ -353,7 +361,7 @@ def _small_int_matrix_codes(X):
         return None
     lo, hi = int(X.min()), int(X.max())
     span = hi - lo + 1
-    if not (-2**52 < lo and hi < 2**52) or span - 1 > max(1 << 16, n) or span * d > max(X.size, 1 << 16):
+    if not _counts_fit(lo, hi, X.shape):
         return None
     index = np.add(X, np.arange(d, dtype=np.int64) * span - lo, dtype=np.int64, casting="unsafe")
     present = np.bincount(index.reshape(-1), minlength=span * d).reshape(d, span) > 0
@@ -379,7 +387,7 @@ def _small_int_matrix_codes_cuda(X, device):
     Xt = torch.from_numpy(np.ascontiguousarray(X)).to(device)
     lo, hi = torch.stack(torch.aminmax(Xt)).tolist()
     span = hi - lo + 1
-    if not (-2**52 < lo and hi < 2**52) or span - 1 > max(1 << 16, n) or span * d > max(X.size, 1 << 16):
+    if not _counts_fit(lo, hi, X.shape):
         return None
     index = Xt.to(torch.int64) + (torch.arange(d, dtype=torch.int64, device=device) * span - lo)
     present = torch.zeros(span * d, dtype=torch.bool, device=device)
