@@ -3,13 +3,17 @@
 # and otherwise the local CPU build torch==2.13.0 is installed.
 PYTHON ?= python3
 
-.PHONY: install demo test test-gpu bench-knn
+.PHONY: install-core install demo test test-gpu bench-knn
 
-install:
+# gpumine with its core dependencies only (no optional extra)
+install-core:
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install torch==2.13.0
+	$(PYTHON) -m pip install -q -e .
+
+install: install-core
 	$(PYTHON) -m pip install -q -e ".[test]"
 
-demo: install
+demo: install-core
 	$(PYTHON) -m gpumine demo
 
 test: install

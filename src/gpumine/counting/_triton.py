@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import triton
-import triton.language as tl
+
+from .._triton_compat import tl, triton
 
 __all__ = [
     "and_count_matrix",
