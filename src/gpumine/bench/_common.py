@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import contextlib
 import datetime as _dt
 import importlib
@@ -193,6 +195,17 @@ def format_seconds(seconds: float | None) -> str:
     if seconds < 100:
         return f"{seconds:.3g} s"
     return f"{seconds:.0f} s"
+
+
+def positive(kind):
+    """An argparse ``type`` for values of ``kind`` (int, float) that must be > 0."""
+    def parse(text):
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0; got {text}")
+        return value
+
+    return parse
 
 
 def format_count(n: int) -> str:

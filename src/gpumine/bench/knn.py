@@ -61,7 +61,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ._common import environment, format_count, format_seconds, median, save_figure, time_call, write_json, write_text
+from ._common import environment, format_count, format_seconds, positive, median, save_figure, time_call, write_json, write_text
 
 __all__ = [
     "main",
@@ -1007,16 +1007,6 @@ def _parse_peers(text: str) -> list[str]:
     return chosen
 
 
-def _positive(kind):
-    def parse(text):
-        value = kind(text)
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0; got {text}")
-        return value
-
-    return parse
-
-
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
@@ -1032,16 +1022,16 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="results JSON (written atomically after every row; PNG plots go beside it)")
     p.add_argument("--markdown", type=Path, help="markdown table for BENCHMARKS.md")
     p.add_argument("--out-dir", type=Path, help="folder for knn.json, knn.md and the PNGs (sets --out/--markdown when not given)")
-    p.add_argument("--repeats", type=_positive(int), default=None, help="timed runs per row, median reported (default 5; 1 with --quick)")
-    p.add_argument("--row-seconds", type=_positive(float), default=10.0, help="stop repeating a row once its timed runs add up to this")
-    p.add_argument("--max-seconds", type=_positive(float), default=60.0,
+    p.add_argument("--repeats", type=positive(int), default=None, help="timed runs per row, median reported (default 5; 1 with --quick)")
+    p.add_argument("--row-seconds", type=positive(float), default=10.0, help="stop repeating a row once its timed runs add up to this")
+    p.add_argument("--max-seconds", type=positive(float), default=60.0,
                    help="skip an implementation on a row estimated (from a query slice) to take longer than this per run")
-    p.add_argument("--time-budget", type=_positive(float), default=None,
+    p.add_argument("--time-budget", type=positive(float), default=None,
                    help="total seconds: rows that would overrun it are skipped (gpumine and PyTorch are run first, "
                    "then the CPU peers with the time left)")
-    p.add_argument("--working-memory", type=_positive(float), default=None,
+    p.add_argument("--working-memory", type=positive(float), default=None,
                    help="MiB per tile for gpumine and for the PyTorch chunk (default: gpumine's, a quarter of free GPU memory up to 4 GiB)")
-    p.add_argument("--sample", type=_positive(int), default=1000, help="queries sampled for the float64 recall reference")
+    p.add_argument("--sample", type=positive(int), default=1000, help="queries sampled for the float64 recall reference")
     p.add_argument("--physics", type=Path, help="path to the real KDD Cup 2004 phy_train.dat (else synthetic data of that shape)")
     p.add_argument("--no-host", action="store_true", help="skip the gpumine host-NumPy rows")
     p.add_argument("--no-plots", action="store_true", help="do not write PNG plots")

@@ -66,7 +66,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ._common import environment, format_count, format_seconds, save_figure, time_call, write_json, write_text
+from ._common import environment, format_count, format_seconds, positive, save_figure, time_call, write_json, write_text
 
 __all__ = [
     "main",
@@ -1091,16 +1091,6 @@ def _cases_arg(text: str) -> list[str]:
     return [c for c in CASES if c in chosen]
 
 
-def _positive(kind):
-    def parse(text):
-        value = kind(text)
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0; got {text}")
-        return value
-
-    return parse
-
-
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
@@ -1115,26 +1105,26 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="run the sets smallest first (a --time-budget then cuts the largest) or by name")
     p.add_argument("--cases", type=_cases_arg, default=list(CASES), help="comma-separated: " + ",".join(CASES))
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (auto: the GPU when there is one)")
-    p.add_argument("--max-rows", type=_positive(int), default=None, help="cut every set to its first rows")
-    p.add_argument("--cpu-max-rows", type=_positive(int), default=50_000, help="on --device cpu, cut sets to their first rows")
-    p.add_argument("--repeats", type=_positive(int), default=3, help="timed runs after the warm-up (best reported)")
-    p.add_argument("--skip-slow-after", type=_positive(float), default=5.0,
+    p.add_argument("--max-rows", type=positive(int), default=None, help="cut every set to its first rows")
+    p.add_argument("--cpu-max-rows", type=positive(int), default=50_000, help="on --device cpu, cut sets to their first rows")
+    p.add_argument("--repeats", type=positive(int), default=3, help="timed runs after the warm-up (best reported)")
+    p.add_argument("--skip-slow-after", type=positive(float), default=5.0,
                    help="seconds: repeats of a case stop once its timed runs add up to this; a gpumine run longer "
                    "than this also skips the case's host column")
-    p.add_argument("--warmup-only-after", type=_positive(float), default=20.0,
+    p.add_argument("--warmup-only-after", type=positive(float), default=20.0,
                    help="seconds: a warm-up run longer than this is the case's only run")
-    p.add_argument("--set-cap", type=_positive(float), default=None,
+    p.add_argument("--set-cap", type=positive(float), default=None,
                    help="seconds: once gpumine's runs on one set add up to this, its remaining cases are skipped")
-    p.add_argument("--time-budget", type=_positive(float), default=None,
+    p.add_argument("--time-budget", type=positive(float), default=None,
                    help="seconds for the whole sweep: cases not started by then are recorded as skipped")
-    p.add_argument("--sample", type=_positive(int), default=2000, help="rows checked against the float64 reference")
+    p.add_argument("--sample", type=positive(int), default=2000, help="rows checked against the float64 reference")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled rows")
     p.add_argument("--lof-exact-max-rows", type=int, default=12_000,
                    help="compare LOF with a float64 LOF on sets up to this many rows (0: never)")
     p.add_argument("--uniform", action=argparse.BooleanOptionalAction, default=True,
                    help="time gpumine knn20 on a uniform random set of the same shape")
     p.add_argument("--no-host", action="store_true", help="on a GPU, skip the host NumPy in/out column")
-    p.add_argument("--torch-chunk-mib", type=_positive(float), default=2048.0,
+    p.add_argument("--torch-chunk-mib", type=positive(float), default=2048.0,
                    help="distance block per query chunk of the PyTorch peer")
     p.add_argument("--out", type=Path, help="results JSON (a list of records; <stem>.meta.json beside it)")
     p.add_argument("--markdown", type=Path, help="markdown tables")
