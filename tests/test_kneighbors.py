@@ -227,9 +227,12 @@ def test_two_stage_tile_selection_matches_oracle(kind, budget):
         np.testing.assert_array_equal(i, brute_force_knn(X, Q, 5)[1])
 
 
-def test_heavy_ties_are_settled_by_retries_then_the_exact_scan(monkeypatch):
+def test_heavy_ties_take_one_retry_then_the_exact_scan(monkeypatch):
     import gpumine.neighbors._engine as engine
     from gpumine.core.distance import get_metric
+    from gpumine.neighbors import _cpu_search
+
+    monkeypatch.setattr(_cpu_search, "CPU_TREE_SEARCH", False)  # the tile engine's retries, not the host tree
 
     def run(X):
         stats = {}
@@ -241,11 +244,14 @@ def test_heavy_ties_are_settled_by_retries_then_the_exact_scan(monkeypatch):
 
     random_stats = run(_data("random", 1000, 4, 23))
     assert random_stats["rows_retried"] == 0 and random_stats["rows_exact_scan"] == 0
-    tied = run(np.zeros((1000, 2), np.float32))  # every distance ties: more candidates settle it
-    assert tied["rows_retried"] >= 1000 and tied["rows_exact_scan"] == 0
-    monkeypatch.setattr(engine, "_MAX_RETRY_CANDIDATES", 100)
-    capped = run(np.zeros((1000, 2), np.float32))  # retries capped below the tie group: exact scan
-    assert capped["rows_exact_scan"] == 1000
+    # every distance ties: one wider retry (bounded work), then one exact scan settles every row
+    monkeypatch.setattr(engine, "DEDUP_MIN_PAIRS", 1 << 40)
+    tied = run(np.zeros((1000, 2), np.float32))
+    assert tied["rows_retried"] == 1000 and tied["rows_exact_scan"] == 1000
+    # searched through the distinct rows, the same data needs neither
+    monkeypatch.setattr(engine, "DEDUP_MIN_PAIRS", 0)
+    deduped = run(np.zeros((1000, 2), np.float32))
+    assert deduped["distinct_rows"] == 1 and deduped["rows_retried"] == 0 and deduped["rows_exact_scan"] == 0
 
 
 @pytest.mark.parametrize("scale", [1e-24, 1e-15, 1e15, 3e19])

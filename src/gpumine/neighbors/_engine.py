@@ -30,10 +30,14 @@ from ..config import get_config, resolve_backend
 from ..core.distance import Metric
 from ..core.select import PAD_INDEX, merge_topk, topk_by_score_then_index, topk_smallest
 from ..core.tiles import TilePlan, fits_on_device, iter_row_chunks, plan_tiles, same_device, tile_bytes
-from ..core.triton.exact_tile import EXACT_TILE_MAX_FEATURES, EXACT_TILE_METRICS, exact_tile_scores, scores_within
+from ..core.triton.exact_tile import (EXACT_TILE_MAX_FEATURES, EXACT_TILE_METRICS, exact_tile_available, exact_tile_scores,
+                                      scores_within)
 from ..core.triton.knn import FUSED_METRICS, MAX_FUSED_CANDIDATES, fused_candidates
 from ..core.triton.rerank import (RERANK_KERNEL_AVAILABLE, RERANK_MAX_FEATURES, RERANK_MAX_WIDTH, RERANK_SCORED_METRICS,
                                   rerank_select)
+
+from ._duplicates import DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
+from ._float64_order import Float64Tiles, certified_rows, needs_float64_order, rescore, sort_rows
 
 __all__ = ["knn_search", "candidate_count", "fused_unsupported", "choose_backend"]
 
@@ -391,6 +395,8 @@ def knn_search(
     as_distance: bool = False,
     precision: str = "exact",
     magnitude: float | None = None,
+    dedupe: bool = True,
+    float64_order: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact k nearest references of every query row.
 
@@ -420,10 +426,44 @@ def knn_search(
     out_index = torch.empty((n_query, k), dtype=torch.int64, device=result_device)
     if n_query == 0:
         return out_scores, out_index
+    # every path honours the same working-memory floor (the tile plan raises a clear error below it)
+    plan_tiles(n_query, ref.shape[0], ref.shape[1], candidate_count(k, ref.shape[0]), ref.element_size(), budget_bytes)
+    if device.type == "cpu":  # host searches: KD-tree or BLAS (see _cpu_search); precision is moot on the host
+        from ._cpu_search import cpu_search
+
+        found = cpu_search(ref, query, k, metric, exclude_self=exclude_self, budget_bytes=budget_bytes, stats=stats)
+        if found is not None:
+            # reported values as every other path reports them: the pairs' exact scores in the data's dtype
+            scores = rescore(query, ref, found[1], metric, dtype, budget_bytes)
+            return finish_scores(scores.to(result_device), metric, as_distance, scale), found[1].to(result_device)
+    engine = dict(device=device, budget_bytes=budget_bytes, verbose=verbose, stats=stats, backend=backend, precision=precision)
+    order64 = float64_order and needs_float64_order(ref, query, metric)
+    unique = UniqueRows.find(ref) if dedupe and _dedup_applies(ref, query, k, metric, device, exclude_self) else None
+    if unique is None and not order64:
+        _engine_search(ref, query, k, metric, exclude_self, out_scores, out_index, **engine)
+        return finish_scores(out_scores, metric, as_distance, scale), out_index
+    if unique is not None:
+        _, index = _search_unique(unique, query, k, metric, exclude_self=exclude_self, order64=order64, **engine)
+    else:
+        _, index = _search_ordered(ref, query, k, metric, exclude_self, order64, **engine)
+    # reported values: the float32 exact scores of the chosen pairs, as the engine reports them
+    scores = rescore(query, ref, index, metric, dtype, budget_bytes)
+    out_scores.copy_(scores)
+    out_index.copy_(index)
+    return finish_scores(out_scores, metric, as_distance, scale), out_index
+
+
+def _engine_search(ref, query, k, metric, exclude_self, out_scores, out_index, *, device, budget_bytes, verbose, stats, backend,
+                   precision) -> None:
+    """The tile/fused engine: top k by (float32 or float64 exact score, index) into ``out_scores``/``out_index``."""
+    n_query = query.shape[0]
+    if n_query == 0:
+        return
     sp = plan_search(ref, query, k, metric, device=device, budget_bytes=budget_bytes, backend=backend, precision=precision)
     refs = _References(ref, metric, sp.plan.ref_rows, device, resident=sp.resident)
     retries = _Retries(sp, refs, ref, exclude_self)
     n_blocks = -(-n_query // sp.plan.query_rows)
+    result_device = out_scores.device
     with Progress(total=n_blocks, desc="kneighbors", verbose=verbose) as bar:
         for q0, Q in iter_row_chunks(query, sp.plan.query_rows, device):
             if sp.tile_select:
@@ -441,7 +481,90 @@ def knn_search(
             bar.update()
     if stats is not None:
         retries.report(stats)
-    return finish_scores(out_scores, metric, as_distance, scale), out_index
+
+
+def _search_ordered(ref, query, k, metric, exclude_self, order64, *, device, budget_bytes, verbose, stats, backend, precision):
+    """Top k on ``device`` as ``(keys, index)``: keys are float64 scores when ``order64`` (see :mod:`._float64_order`)."""
+    engine = dict(device=device, budget_bytes=budget_bytes, verbose=verbose, stats=stats, backend=backend, precision=precision)
+    width = float64_list_width(k, ref.shape[0], exclude_self) if order64 else k
+    scores = torch.empty((query.shape[0], width), dtype=ref.dtype, device=device)
+    index = torch.empty((query.shape[0], width), dtype=torch.int64, device=device)
+    _engine_search(ref, query, width, metric, exclude_self, scores, index, **engine)
+    if not order64:
+        return scores, index
+    keys, index, _ = order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_bytes, device, stats)
+    return keys, index
+
+
+def float64_list_width(k: int, n_ref: int, exclude_self: bool) -> int:
+    """Neighbours searched for a float64-ordered top k: one more than k where the references have it."""
+    return min(k + 1, n_ref - (1 if exclude_self else 0))
+
+
+def order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_bytes, device, stats=None, max_open=None):
+    """Float32 top-(k+1) lists to the float64-ordered top k on ``device``.
+
+    ``scores``/``index``: the engine's lists of :func:`float64_list_width` entries,
+    ordered by (float32 exact score, index). Returns ``(keys, index, reported)``:
+    float64 scores, indices, and the float32 exact scores of those pairs (the
+    values the engine reports). Rows the float64 certificate leaves open get one
+    float64 exact scan (see :mod:`._float64_order`); with more than ``max_open``
+    of them, None instead (the caller's other path settles them).
+    """
+    scores, index = scores.to(device), index.to(device)
+    keys = rescore(query, ref, index, metric, torch.float64, budget_bytes)
+    # sort by (float64 key, index); the float32 scores follow their pairs
+    order = torch.argsort(index, dim=1, stable=True)
+    order = order.gather(1, torch.argsort(keys.gather(1, order), dim=1, stable=True))
+    keys, index, reported = keys.gather(1, order), index.gather(1, order), scores.gather(1, order)
+    open_rows = torch.empty(0, dtype=torch.int64, device=device)
+    if index.shape[1] > k:  # else every reference is listed: nothing outside the list to beat
+        open_rows = (~certified_rows(keys, scores.amax(1), k, metric, ref.shape[1])).nonzero().squeeze(1)
+    if max_open is not None and open_rows.numel() > max_open:
+        return None
+    if open_rows.numel():
+        rows_per_tile = max(1, budget_bytes // (8 * 4 * max(1, ref.shape[1])))
+        Q64 = query[open_rows.to(query.device)].to(device=device, dtype=torch.float64)
+        scan_s, scan_i = _exact_scan(Q64, open_rows, Float64Tiles(ref, rows_per_tile, device), metric, k, exclude_self,
+                                     budget_bytes)
+        keys[open_rows, :k], index[open_rows, :k] = scan_s, scan_i
+        reported[open_rows, :k] = rescore(query[open_rows.to(query.device)], ref, scan_i, metric, scores.dtype, budget_bytes)
+    if stats is not None:
+        stats["rows_float64_scan"] = stats.get("rows_float64_scan", 0) + int(open_rows.numel())
+    return keys[:, :k].contiguous(), index[:, :k].contiguous(), reported[:, :k].contiguous()
+
+
+# Searches of fewer (query, reference) pairs skip the duplicate check: the sort costs more
+# than the ties it could save. Above DEDUP_MAX_K the (k x k) expansion outgrows the search.
+DEDUP_MIN_PAIRS = 1 << 26
+DEDUP_MAX_K = 256
+
+
+def _dedup_applies(ref, query, k, metric: Metric, device: torch.device, exclude_self: bool) -> bool:
+    """Whether to look for duplicate reference rows first (see :mod:`._duplicates`)."""
+    return (metric.name in DEDUP_METRICS and k <= DEDUP_MAX_K and same_device(ref.device, device)
+            and query.shape[0] * ref.shape[0] >= DEDUP_MIN_PAIRS)
+
+
+def _search_unique(unique: UniqueRows, query, k, metric, *, exclude_self, order64, device, budget_bytes, verbose, stats, backend,
+                   precision):
+    """Top k as ``(keys, index)`` through the distinct rows (see :mod:`._duplicates`)."""
+    m = unique.rows.shape[0]
+    width = k + 1 if exclude_self else k  # a query's own row is dropped after the expansion
+    queries = unique.rows if exclude_self else query
+    inner = dict(device=device, budget_bytes=budget_bytes, backend=backend, precision=precision)
+    k_u = min(m, width)
+    inner_stats = {} if stats is not None else None
+    found_s, found_d = _search_ordered(unique.rows, queries, k_u, metric, False, order64, verbose=verbose, stats=inner_stats,
+                                       **inner)
+    scores, index = expand_neighbours(unique, found_s, found_d, width, budget_bytes)
+    if exclude_self:
+        originals = unique.inverse
+        scores, index = drop_self(scores[originals], index[originals], torch.arange(unique.n, device=originals.device), k)
+    if stats is not None:
+        stats.update(inner_stats)
+        stats.update(distinct_rows=m)
+    return scores, index
 
 
 def finish_scores(scores: torch.Tensor, metric: Metric, as_distance: bool, scale: float | None) -> torch.Tensor:
@@ -495,8 +618,14 @@ class _Retries:
         sp, refs, exclude_self = self.sp, self.refs, self.exclude_self
         metric, k, c, n_ref, plan, d = sp.metric, sp.k, sp.c, sp.n_ref, sp.plan, Q.shape[1]
         # rows the certificate could not settle (close calls, exact ties or duplicates
-        # around the k-th place): retry with 8x the candidates, then scan exactly
-        while failed.numel():
+        # around the k-th place): ONE retry with a wider list (it settles near-ties of
+        # continuous data), then an exact scan. Tie-heavy rows (equidistant integer points,
+        # clusters of equal distances) fail any width short of their whole tie group, and
+        # widening rounds each cost a pass over every reference: the bound is the first pass,
+        # one retry pass and one exact scan of the rows still open.
+        rounds = 0
+        while failed.numel() and rounds < MAX_RETRY_ROUNDS:
+            rounds += 1
             on_kernel = sp.fused and refs.rows_per_tile >= n_ref
             growth = FUSED_RETRY_GROWTH if on_kernel and c_tried == c else 8
             c_retry = min(n_ref, growth * c_tried if c_tried else c, _MAX_RETRY_CANDIDATES)
@@ -543,6 +672,8 @@ class _Retries:
 
 
 _MAX_RETRY_CANDIDATES = 16384
+# widening rounds before the exact scan (see _Retries.settle)
+MAX_RETRY_ROUNDS = 1
 # How much the first retry on the fused kernel widens the candidate list (later ones: 8x). A
 # retry's cost grows with the list: on an H200 (2026-11-21) 1,718 rows of 1M x 32,768 x 8 took
 # 29.2 ms in all at 2x against 29.8 ms at 8x, 820 rows of all-kNN 262,144 x 8 41.1 vs 45.1 ms.
@@ -883,26 +1014,44 @@ def _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, query_ids, exclud
 
 
 def _exact_scan(Q: torch.Tensor, query_ids: torch.Tensor, refs: _References, metric: Metric, k: int, exclude_self: bool, budget_bytes: int):
-    """Top-k by per-pair exact scores over every reference (for rows the certificate could not settle)."""
+    """Top-k by per-pair exact scores over every reference (for rows the certificate could not settle).
+
+    One pass over the references whatever the ties: each (query block x
+    reference part) score tile is reduced to its best k by (score, index) and
+    merged into the running lists. On a GPU with Triton the tiles come from the
+    exact-tile kernel (float32, up to ``EXACT_TILE_MAX_FEATURES`` features, bit
+    for bit ``Metric.exact_scores``), which needs no (pairs x features) temporaries.
+    """
     q, d = Q.shape
     best_v = torch.full((q, k), float("inf"), dtype=Q.dtype, device=Q.device)
     best_i = torch.full((q, k), PAD_INDEX, dtype=torch.int64, device=Q.device)
-    # the exact form holds (queries x references x features) temporaries
-    pair_budget = max(1, budget_bytes // (3 * (d + 2) * Q.element_size()))
-    for r0, R in refs.raw_tiles():
-        step = max(1, pair_budget // max(q, 1))
-        for s0 in range(0, R.shape[0], step):
-            part = R[s0 : s0 + step]
-            S = metric.exact_scores(Q, part.unsqueeze(0))
+    if q == 0:
+        return best_v, best_i
+    on_kernel = (Q.device.type == "cuda" and Q.dtype == torch.float32 and metric.name in EXACT_TILE_METRICS
+                 and 0 < d <= EXACT_TILE_MAX_FEATURES and exact_tile_available())
+    # the kernel's tiles hold scores only; the torch form holds (pairs x features) temporaries
+    pair_budget = max(1, budget_bytes // ((3 if on_kernel else 3 * (d + 2)) * Q.element_size()))
+    q_block = min(q, max(1, pair_budget // max(4 * k, 1024)))
+    step = max(1, pair_budget // q_block)
+    tiles = refs.feature_major_tiles() if on_kernel else refs.raw_tiles()
+    for r0, R in tiles:
+        n_part = R.shape[1] if on_kernel else R.shape[0]
+        for s0 in range(0, n_part, step):
+            part = R[:, s0 : s0 + step] if on_kernel else R[s0 : s0 + step]
+            width = part.shape[1] if on_kernel else part.shape[0]
             start = r0 + s0
-            if exclude_self:
-                cols = query_ids - start
-                inside = (cols >= 0) & (cols < part.shape[0])
-                rows = inside.nonzero().squeeze(1)
-                S[rows, cols[rows]] = float("inf")
-            v, col = topk_smallest(S, min(k, S.shape[1]))
-            idx = col + start
-            if exclude_self:  # a masked own entry is padding, never a neighbour
-                idx = torch.where(torch.isinf(v) & (idx == query_ids[:, None]), torch.full_like(idx, PAD_INDEX), idx)
-            best_v, best_i = merge_topk(best_v, best_i, v, idx, k)
+            for b0 in range(0, q, q_block):
+                Qb, ids = Q[b0 : b0 + q_block], query_ids[b0 : b0 + q_block]
+                S = exact_tile_scores(Qb.T, part, metric.name) if on_kernel else metric.exact_scores(Qb, part.unsqueeze(0))
+                if exclude_self:
+                    cols = ids - start
+                    inside = (cols >= 0) & (cols < width)
+                    rows = inside.nonzero().squeeze(1)
+                    S[rows, cols[rows]] = float("inf")
+                v, col = topk_smallest(S, min(k, width))
+                idx = col + start
+                if exclude_self:  # a masked own entry is padding, never a neighbour
+                    idx = torch.where(torch.isinf(v) & (idx == ids[:, None]), torch.full_like(idx, PAD_INDEX), idx)
+                best_v[b0 : b0 + q_block], best_i[b0 : b0 + q_block] = merge_topk(
+                    best_v[b0 : b0 + q_block], best_i[b0 : b0 + q_block], v, idx, k)
     return best_v, best_i

@@ -35,7 +35,9 @@ import torch
 
 from ..config import working_memory_bytes
 from ..core.distance import Metric
-from ._engine import _References, _Retries, _range_scale, finish_scores, first_pass, plan_search
+from ._engine import (_References, _Retries, _range_scale, finish_scores, first_pass, float64_list_width, order_by_float64,
+                      plan_search)
+from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range, rescore
 
 __all__ = ["search_with_graph", "clear_search_graphs", "GRAPH_SEARCHES"]
 
@@ -72,7 +74,7 @@ class _CapturedSearch:
         self.ref_in = torch.empty(ref_shape, dtype=torch.float32, device=device)
         self.query_in = None if exclude_self else torch.empty(query_shape, dtype=torch.float32, device=device)
         self.staging = {}  # pinned copies of host operands, made on first use
-        n_flags = 2 * (1 if exclude_self else 2) + 1
+        n_flags = 3 * (1 if exclude_self else 2) + 1  # extremes and integrality of each input, open rows
         self.host_flags = torch.empty(n_flags, dtype=torch.float64, pin_memory=True)
         n_query = query_shape[0]
         self.host_scores = torch.empty((n_query, k), dtype=torch.float32, pin_memory=True) if to_host else None
@@ -102,12 +104,14 @@ class _CapturedSearch:
         query = self.ref_in if self.query_in is None else self.query_in
         inputs = (self.ref_in,) if self.query_in is None else (self.ref_in, query)
         extremes = [torch.stack(torch.aminmax(t)) for t in inputs]
+        integral = [(t == torch.round(t)).all()[None] for t in inputs]  # float32 scores exact? (see _float64_order)
         for t in inputs:  # checked after the replay; meanwhile nothing may turn NaN or infinity into an index
             torch.nan_to_num_(t, nan=0.0, posinf=0.0, neginf=0.0)
         refs = _References(self.ref_in, sp.metric, sp.plan.ref_rows, sp.device, resident=True)
         scores, index, certified, Qp, ids = first_pass(sp, refs, query, 0, self.exclude_self)
         open_rows = (~certified).sum()
-        self.host_flags.copy_(torch.cat([torch.cat(extremes).double(), open_rows.double()[None]]), non_blocking=True)
+        flags = [torch.cat(extremes).double(), torch.cat(integral).double(), open_rows.double()[None]]
+        self.host_flags.copy_(torch.cat(flags), non_blocking=True)
         if self.to_host:
             self.host_scores.copy_(scores, non_blocking=True)
             self.host_index.copy_(index, non_blocking=True)
@@ -124,13 +128,19 @@ class _CapturedSearch:
         with torch.cuda.graph(self.graph):
             self._build()
 
-    def run(self, ref: torch.Tensor, query: torch.Tensor, result_device: torch.device):
-        """Replay on new operands: ``(scores, index)`` on ``result_device``, or None for the eager path."""
+    def run(self, ref: torch.Tensor, query: torch.Tensor, result_device: torch.device, on_device: bool = False):
+        """Replay on new operands: ``(scores, index)`` on ``result_device``, or None for the eager path.
+
+        ``on_device``: the graph's own result tensors instead (valid until the next replay).
+        """
         self.load(ref, query)
         self.graph.replay()
         torch.cuda.current_stream(self.sp.device).synchronize()  # the one host wait
         flags = self.host_flags.numpy()
-        extremes, open_rows = flags[:-1], int(flags[-1])
+        n_inputs = (len(flags) - 1) // 3
+        extremes, open_rows = flags[: 2 * n_inputs], int(flags[-1])
+        self.integral = bool((flags[2 * n_inputs : 3 * n_inputs] == 1.0).all())
+        self.span = (float(extremes[0::2].min()), float(extremes[1::2].max()))
         if not np.isfinite(extremes).all():
             return None
         if _range_scale(self.ref_in, self.query, float(np.abs(extremes).max())) is not None:
@@ -140,11 +150,35 @@ class _CapturedSearch:
             retries = _Retries(self.sp, copy.copy(self.refs), self.ref_in, self.exclude_self)
             failed = (~self.certified).nonzero().squeeze(1)
             retries.settle(self.query, self.Qp, self.ids, self.scores, self.index, failed, self.sp.c)
+        if on_device:
+            return self.scores, self.index
         if self.to_host and not open_rows:
             # the pinned buffers are the graph's: the scores leave them through finish_scores
             # (a new tensor for distances), the indices by a copy
             return self.host_scores, torch.from_numpy(self.host_index.numpy().copy())
         return self.scores.to(result_device, copy=True), self.index.to(result_device, copy=True)
+
+
+# A replay whose float64 order leaves more rows open than this goes to the eager path (which
+# searches duplicate-heavy data through its distinct rows), and its shape stays eager after
+_GRAPH_MAX_OPEN_ROWS = 64
+
+
+def _ordered(entry: _CapturedSearch, found, k: int, metric: Metric, exclude_self: bool, budget_bytes: int,
+             result_device: torch.device):
+    """The top k of a replay's k + 1 lists as the eager path orders them (float64, unless scores are exact).
+
+    None when too many rows need a float64 scan (see ``_GRAPH_MAX_OPEN_ROWS``).
+    """
+    scores, index = found
+    if entry.integral and exact_for_range(metric, entry.ref_in.shape[1], *entry.span):
+        return scores[:, :k].to(result_device, copy=True), index[:, :k].to(result_device, copy=True)
+    ordered = order_by_float64(entry.ref_in, entry.query, scores, index, k, metric, exclude_self, budget_bytes,
+                               entry.sp.device, max_open=_GRAPH_MAX_OPEN_ROWS)
+    if ordered is None:
+        return None
+    _, index, scores = ordered
+    return scores.to(result_device, copy=True), index.to(result_device, copy=True)
 
 
 def _key(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host):
@@ -191,7 +225,9 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
     if knn_tuning.tuning_results() is not None:  # tuning times launches one by one
         return None
     to_host = result_device.type == "cpu"
-    key = _key(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host)
+    # float32 lists one longer, for the float64 order (see gpumine.neighbors._float64_order)
+    width = float64_list_width(k, n_ref, exclude_self) if metric.name in FLOAT64_ORDER_METRICS else k
+    key = _key(ref, query, width, metric, exclude_self, device, backend, precision, working_memory, to_host and width == k)
     with _lock:
         entry = _graphs.get(key)
         if entry is not None:
@@ -199,7 +235,7 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
         elif key in _refused or key in _ineligible:
             return None
     if entry is None:
-        sp = plan_search(ref, query, k, metric, device=device, budget_bytes=working_memory_bytes(working_memory, device),
+        sp = plan_search(ref, query, width, metric, device=device, budget_bytes=working_memory_bytes(working_memory, device),
                          backend=backend, precision=precision)
         with _lock:
             if not (sp.fused and sp.resident and sp.plan.query_rows >= n_query and sp.plan.ref_rows >= n_ref):
@@ -208,7 +244,7 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
             if key not in _seen:
                 _remember(_seen, key)
                 return None
-        entry = _CapturedSearch(sp, ref.shape, query.shape, k, exclude_self, to_host)
+        entry = _CapturedSearch(sp, ref.shape, query.shape, width, exclude_self, to_host and width == k)
         try:
             with entry.lock:
                 entry.load(ref, query)  # the warm-up runs on real data (the kernel's work depends on it)
@@ -222,9 +258,16 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
             while len(_graphs) > GRAPH_CACHE_SIZE:
                 _graphs.popitem(last=False)
     with entry.lock:
-        found = entry.run(ref, query, result_device)
+        found = entry.run(ref, query, result_device, on_device=width > k)
         if found is None:
             return None
+        if width > k:
+            found = _ordered(entry, found, k, metric, exclude_self, working_memory_bytes(working_memory, device), result_device)
+            if found is None:
+                with _lock:
+                    _graphs.pop(key, None)
+                    _refused.add(key)
+                return None
         scores = finish_scores(found[0], metric, as_distance, None)
         if scores is entry.host_scores:  # no new tensor (scores wanted, or a metric's distances are its scores)
             scores = scores.clone()

@@ -25,11 +25,16 @@ except ImportError:  # pragma: no cover - exercised on machines without triton
     triton = None
     tl = None
 
-__all__ = ["exact_tile_scores", "exact_tile_scores_torch", "scores_within", "scores_within_torch", "EXACT_TILE_METRICS",
+__all__ = ["exact_tile_available", "exact_tile_scores", "exact_tile_scores_torch", "scores_within", "scores_within_torch", "EXACT_TILE_METRICS",
            "EXACT_TILE_MAX_FEATURES"]
 
 EXACT_TILE_METRICS = ("euclidean", "sqeuclidean", "manhattan")
 EXACT_TILE_MAX_FEATURES = 16  # as distance.SEQUENTIAL_MAX_FEATURES: the exact form sums feature by feature up to here
+
+
+def exact_tile_available() -> bool:
+    """Whether :func:`exact_tile_scores` can run (the 'triton' package is installed)."""
+    return triton is not None
 
 if triton is not None:
 

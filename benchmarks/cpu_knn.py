@@ -1,0 +1,121 @@
+"""All-kNN on the host: gpumine (device="cpu") against scikit-learn's NearestNeighbors.
+
+For every ADBench set (first ``--max-rows`` rows) and for uniform random data of the
+same shape, times ``kneighbors(X, None, k, device="cpu")`` and scikit-learn's
+``NearestNeighbors(n_jobs=-1).fit(X).kneighbors(n_neighbors=k)`` (default algorithm),
+checks that the indices agree up to ties (pairs whose float64 distances are equal to
+rounding), and writes one JSON record per (set, k).
+
+    python benchmarks/cpu_knn.py --out benchmarks/results/cpu_knn.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.neighbors import NearestNeighbors
+
+from gpumine.neighbors import kneighbors
+
+
+def _default_data_dir() -> str:
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        cand = parent / "shared" / "data" / "adbench"
+        if cand.is_dir():
+            return str(cand)
+    return "../shared/data/adbench"
+
+
+def _best_of(fn, repeats: int, min_total: float = 2.0):
+    """Best time of ``repeats`` runs; quick runs are repeated until ``min_total`` seconds passed."""
+    best, result, total, runs = float("inf"), None, 0.0, 0
+    while runs < repeats or (total < min_total and runs < 3 * repeats):
+        t0 = time.perf_counter()
+        result = fn()
+        elapsed = time.perf_counter() - t0
+        best, total, runs = min(best, elapsed), total + elapsed, runs + 1
+    return best, result
+
+
+def _agreement(X, k, ours, theirs):
+    """Rows whose index lists differ beyond ties, judged by float64 distances."""
+    (d_ours, i_ours), (d_theirs, i_theirs) = ours, theirs
+    if np.array_equal(i_ours, i_theirs):
+        return {"index_equal": True, "rows_differ": 0, "rows_differ_beyond_ties": 0}
+    X64 = np.asarray(X, dtype=np.float64)
+    rows = np.flatnonzero((i_ours != i_theirs).any(1))
+    # exact float64 distances of both lists, recomputed the same way for both
+    def dist(index):
+        diff = X64[rows, None, :] - X64[index[rows]]
+        return np.sqrt((diff * diff).sum(-1))
+    a, b = np.sort(dist(i_ours), 1), np.sort(dist(i_theirs), 1)
+    scale = np.maximum(np.abs(b), 1e-300)
+    beyond = (np.abs(a - b) > 1e-9 * scale + 1e-12).any(1)
+    return {"index_equal": False, "rows_differ": int(rows.size), "rows_differ_beyond_ties": int(beyond.sum())}
+
+
+def run_one(name, X, k, repeats):
+    n, d = X.shape
+    ours_t, ours = _best_of(lambda: kneighbors(X, None, k, device="cpu", verbose=0), repeats)
+    sk_t, theirs = _best_of(lambda: NearestNeighbors(n_jobs=-1).fit(X).kneighbors(n_neighbors=k), repeats)
+    record = {"set": name, "rows": n, "features": d, "k": k, "gpumine_s": ours_t, "sklearn_s": sk_t,
+              "speedup": sk_t / ours_t if ours_t > 0 else None, "distinct_rows": int(np.unique(X, axis=0).shape[0])}
+    record.update(_agreement(X, k, ours, theirs))
+    return record
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    parser.add_argument("--data-dir", default=_default_data_dir(), help="folder of ADBench .npz files")
+    parser.add_argument("--max-rows", type=int, default=50_000)
+    parser.add_argument("--k", type=int, nargs="+", default=[5, 20])
+    parser.add_argument("--repeats", type=int, default=1, help="best of this many runs per timing")
+    parser.add_argument("--sets", nargs="*", help="only these set names (file stems)")
+    parser.add_argument("--no-random", action="store_true", help="skip the uniform random twins")
+    args = parser.parse_args(argv)
+
+    files = sorted(glob.glob(os.path.join(args.data_dir, "*.npz")), key=lambda p: int(Path(p).stem.split("_")[0]))
+    if args.sets:
+        files = [p for p in files if Path(p).stem in args.sets]
+    records = []
+    warm = np.random.default_rng(1).random((64, 3))  # imports and first-call set-up, for both
+    kneighbors(warm, None, 3, device="cpu", verbose=0)
+    kneighbors(np.random.default_rng(1).random((64, 40)), None, 3, device="cpu", verbose=0)
+    NearestNeighbors(n_jobs=-1).fit(warm).kneighbors(n_neighbors=3)
+    meta = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "max_rows": args.max_rows, "repeats": args.repeats}
+    for path in files:
+        X = np.load(path)["X"][: args.max_rows]
+        if X.dtype != np.float64:
+            X = X.astype(np.float64)
+        variants = [(Path(path).stem, X)]
+        if not args.no_random:
+            rng = np.random.default_rng(0)
+            variants.append((Path(path).stem + ":uniform", rng.random(X.shape)))
+        for name, data in variants:
+            for k in args.k:
+                if k >= data.shape[0]:
+                    continue
+                rec = run_one(name, data, k, args.repeats)
+                records.append(rec)
+                print(f"{name:28s} n={rec['rows']:6d} d={rec['features']:5d} k={k:3d} gpumine {rec['gpumine_s']:8.3f}s "
+                      f"sklearn {rec['sklearn_s']:8.3f}s ratio {rec['speedup']:6.2f}x differ {rec['rows_differ']}"
+                      f"/{rec['rows_differ_beyond_ties']}", flush=True)
+                tmp = args.out + ".tmp"
+                with open(tmp, "w") as fh:
+                    json.dump({"meta": meta, "records": records}, fh, indent=1)
+                os.replace(tmp, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Float32 searches are ordered by float64 distances: equal float32 scores do not fall to the index."""
+
+import numpy as np
+import pytest
+import torch
+
+from gpumine.core.distance import get_metric
+from gpumine.neighbors import _engine, kneighbors
+from gpumine.neighbors._float64_order import float32_scores_exact
+from helpers import DEVICES, skip_if_no_cuda
+from knn_oracle import brute_force_knn
+
+# float32 squared distances from the origin both round to 2.0000005; in float64 the second is nearer
+TWINS = np.array([[1.0, 1.0000002], [1.0000001, 1.0000001]], dtype=np.float32)
+
+
+@pytest.fixture(autouse=True)
+def tile_engine_on_the_host(monkeypatch):
+    """These tests are of the tile engine, which the host's tree search would bypass."""
+    from gpumine.neighbors import _cpu_search
+
+    monkeypatch.setattr(_cpu_search, "CPU_TREE_SEARCH", False)
+
+
+def _engine_search(X, Q, k, device="cpu", backend="torch", float64_order=True, stats=None):
+    dev = torch.device(device)
+    ref = torch.from_numpy(X).to(dev)
+    query = ref if Q is None else torch.from_numpy(Q).to(dev)
+    return _engine.knn_search(ref, query, k, get_metric("euclidean"), exclude_self=Q is None, device=dev, budget_bytes=1 << 24,
+                              result_device=torch.device("cpu"), backend=backend, as_distance=True,
+                              float64_order=float64_order, stats=stats)
+
+
+def test_the_twins_tie_in_float32_and_differ_in_float64():
+    s32 = (TWINS * TWINS).sum(1)
+    s64 = (TWINS.astype(np.float64) ** 2).sum(1)
+    assert s32[0] == s32[1] and s64[1] < s64[0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_nearer_reference_in_float64_wins(device):
+    skip_if_no_cuda(device)
+    Q = np.zeros((1, 2), dtype=np.float32)
+    backends = ["torch"] + (["triton"] if device == "cuda" else [])
+    for backend in backends:
+        _, idx = _engine_search(TWINS, Q, 1, device, backend)
+        assert idx.tolist() == [[1]]
+        _, idx = _engine_search(TWINS, Q, 1, device, backend, float64_order=False)
+        assert idx.tolist() == [[0]]  # float32 order alone: the tie goes to the lower index
+    _, idx = kneighbors(TWINS, Q, k=2, device=device)
+    assert idx.tolist() == [[1, 0]]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_many_float32_ties_match_the_float64_oracle(device):
+    skip_if_no_cuda(device)
+    # points on a fine grid near (1, 1): many float32 scores collide, few float64 ones do
+    j = np.arange(40, dtype=np.float32)
+    grid = np.stack(np.meshgrid(1 + j * np.float32(2**-23), 1 + j * np.float32(2**-23)), -1).reshape(-1, 2)
+    rng = np.random.default_rng(0)
+    X = grid[rng.permutation(len(grid))].astype(np.float32)
+    Q = np.array([[0.0, 0.0], [2.0, 2.0], [1.0, 1.0]], dtype=np.float32)
+    stats = {}
+    _, idx = _engine_search(X, Q, 25, device, stats=stats)
+    _, ref_i, _ = brute_force_knn(X, Q, 25)
+    np.testing.assert_array_equal(idx.numpy(), ref_i)
+    assert stats["rows_float64_scan"] >= 1  # float32 ties across the k-th place are settled by a float64 scan
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_random_data_matches_float64_without_scans(device):
+    skip_if_no_cuda(device)
+    X = np.random.default_rng(1).random((3000, 5), dtype=np.float32)
+    stats = {}
+    _, idx = _engine_search(X, None, 10, device, stats=stats)
+    _, ref_i, _ = brute_force_knn(X, X, 10, exclude_self=True)
+    np.testing.assert_array_equal(idx.numpy(), ref_i)
+    assert stats["rows_float64_scan"] <= 3
+
+
+def test_integer_data_skips_the_float64_order():
+    metric = get_metric("euclidean")
+    ints = torch.randint(0, 100, (50, 4)).float()
+    assert float32_scores_exact(ints, ints, metric)
+    assert not float32_scores_exact(ints + 0.5, ints, metric)
+    assert not float32_scores_exact(ints * 1e5, ints, metric)  # squares past 2^24: rounded
+    assert not float32_scores_exact(ints, ints, get_metric("cosine"))
+
+
+@pytest.mark.gpu
+def test_gpu_graph_replays_give_the_eager_results_on_tie_heavy_float_data():
+    """Replays order by float64 like the eager path; a shape whose rows need many float64 scans goes eager."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU on this machine (run the gpu tier on the device machine)")
+    from gpumine.neighbors import _graphs
+
+    rng = np.random.default_rng(3)
+    base = (rng.integers(0, 6, size=(300, 3)) * 0.1 + 0.05).astype(np.float32)
+    clean = rng.random((3000, 3), dtype=np.float32)
+    for data in (np.repeat(base, 10, axis=0)[rng.permutation(3000)], clean):
+        _graphs.clear_search_graphs()
+        results = []
+        for _ in range(4):  # eager, capture, replays
+            d, i = kneighbors(data, data[:500], k=7, device="cuda", backend="triton")
+            results.append((d, i))
+        _graphs.GRAPH_SEARCHES = False
+        try:
+            want_d, want_i = kneighbors(data, data[:500], k=7, device="cuda", backend="triton")
+        finally:
+            _graphs.GRAPH_SEARCHES = True
+        _, ref_i, _ = brute_force_knn(data, data[:500], 7)
+        np.testing.assert_array_equal(want_i, ref_i)
+        for d, i in results:
+            np.testing.assert_array_equal(i, want_i)
+            np.testing.assert_array_equal(d.view(np.int32), want_d.view(np.int32))
