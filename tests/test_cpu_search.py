@@ -120,6 +120,26 @@ def test_read_only_input_through_kneighbors():
     assert_knn_matches(dist, index, Y, Y[:50], 5)
 
 
+@pytest.mark.parametrize("kind", ["random", "integer"])
+def test_tree_products_and_probe_agree(monkeypatch, kind):
+    # 12 features and enough queries: the probe times both paths; each must give the same answer
+    X = _data(kind, 4200, 12, seed=11)
+    found = {}
+    for name, always, most in (("tree", 16, 16), ("products", 0, 0), ("probe", 8, 16)):
+        monkeypatch.setattr(cpu_path, "TREE_ALWAYS_FEATURES", always)
+        monkeypatch.setattr(cpu_path, "TREE_MAX_FEATURES", most)
+        stats = {}
+        found[name] = search(X, None, 10, "euclidean", exclude_self=True, stats=stats)
+        assert stats["selection"] == {"tree": "tree", "products": "gemm"}.get(name, stats["selection"])
+    for name in ("products", "probe"):
+        np.testing.assert_array_equal(found[name][1], found["tree"][1])
+        np.testing.assert_array_equal(found[name][0], found["tree"][0])
+    pick = np.arange(0, 4200, 37)
+    S = get_metric("euclidean").exact_scores(torch.from_numpy(X[pick]), torch.from_numpy(X)[None]).numpy()
+    S[np.arange(pick.size), pick] = np.inf
+    np.testing.assert_array_equal(found["tree"][1][pick], np.argsort(S, axis=1, kind="stable")[:, :10])
+
+
 def test_minkowski_is_left_to_the_engine():
     X = _data("random", 50, 3, seed=6)
     assert cpu_search(torch.from_numpy(X), torch.from_numpy(X), 3, get_metric("minkowski", 3), exclude_self=True,
@@ -185,18 +205,20 @@ def _best_time(fn, repeats=3):
     return best
 
 
-@pytest.mark.parametrize("shape,kinds", [((4000, 3), ["integer_grid", "duplicates", "equal"]),
+@pytest.mark.parametrize("shape,kinds", [((4096, 3), ["full_grid", "integer_grid", "duplicates", "equal", "far"]),
                                          ((3000, 24), ["integer", "shifted_integer", "duplicates"])])
 def test_tie_heavy_input_costs_a_small_factor_over_random(shape, kinds):
     n, d = shape
     rng = np.random.default_rng(9)
     uniform = rng.random(shape)
-    tie_heavy = {"integer_grid": rng.integers(0, 6, shape).astype(np.float64),
+    axis = np.arange(16.0)
+    tie_heavy = {"full_grid": np.stack(np.meshgrid(axis, axis, axis, indexing="ij"), -1).reshape(-1, 3),  # 16^3 points
+                 "far": 1e6 + rng.random(shape) * 1e-3,
+                 "integer_grid": rng.integers(0, 6, shape).astype(np.float64),
                  "integer": rng.integers(0, 3, shape).astype(np.float64),
                  "shifted_integer": 1e6 + rng.integers(0, 3, shape),
                  "duplicates": np.repeat(rng.random((n // 50, d)), 50, axis=0),
                  "equal": np.ones(shape)}
-    R = torch.from_numpy(uniform)
     metric = get_metric("euclidean")
 
     def run(X):
@@ -208,7 +230,6 @@ def test_tie_heavy_input_costs_a_small_factor_over_random(shape, kinds):
     for kind in kinds:
         ratio = _best_time(run(tie_heavy[kind])) / base
         assert ratio < 5, f"{kind}: {ratio:.1f}x the time of uniform random data"
-    del R
 
 
 # -- through the public API, with and without the host path ---------------------------------------

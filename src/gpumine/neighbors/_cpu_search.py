@@ -46,11 +46,11 @@ references per such query (the cost of an exact brute force for those rows).
 Memory: row blocks within ``budget_bytes``, the tree or the reference rows in
 float32 and float64, and the distinct rows in float64.
 
-Threads. Large searches split their row blocks over torch's intra-op thread
-count themselves and run every torch operation on one thread meanwhile
-(restored after): many short operations split over threads each end in a
-barrier, and on a busy host a descheduled worker holds every barrier for
-milliseconds. Small searches run their blocks in turn on torch's threads.
+Threads. The search splits its row blocks over torch's intra-op thread count
+itself (small searches run them in turn) and runs every torch operation on one
+thread meanwhile (restored after): many short operations split over threads
+each end in a barrier, and on a busy host a descheduled worker holds every
+barrier for milliseconds.
 """
 
 from __future__ import annotations
@@ -112,6 +112,8 @@ def cpu_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *
     """
     if not CPU_TREE_SEARCH or ref.device.type != "cpu" or query.device.type != "cpu":
         return None
+    if exclude_self and query is not ref:  # query i is reference i of a prefix: the engine's case
+        return None
     if ref.dtype not in (torch.float32, torch.float64) or ref.ndim != 2 or query.ndim != 2:
         return None
     n_ref, d = ref.shape
@@ -129,11 +131,12 @@ def cpu_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *
     Qu = U if queries is refs else _float64_rows(query.detach().numpy(), queries.first)
     counters = {"rows_tie_complete": 0, "rows_exact_scan": 0}
     workers = max(1, torch.get_num_threads())
-    built = None
-    if path == "probe":
-        path, built = _probe(U, Qu, K, metric)
-    search = _tree_search if path == "tree" else _gemm_search
-    scores, index = search(U, Qu, K, metric, refs, budget_bytes // workers, counters, workers, built)
+    with _one_torch_thread():  # the blocks are split over `workers` threads here instead
+        built = None
+        if path == "probe":
+            path, built = _probe(U, Qu, K, metric)
+        search = _tree_search if path == "tree" else _gemm_search
+        scores, index = search(U, Qu, K, metric, refs, budget_bytes // workers, counters, workers, built)
     scores, index = _expand_queries(scores, index, queries, k, exclude_self)
     if stats is not None:
         stats.update(backend="cpu_tree" if path == "tree" else "cpu_blas", selection=path, distinct_references=refs.n_unique,
@@ -202,14 +205,10 @@ def _one_torch_thread():
 
 
 def _run_blocks(work, blocks, workers: int) -> list:
-    """``[work(b) for b in blocks]``, on up to ``workers`` threads (torch and SciPy release the GIL).
-
-    Either the blocks are split over threads, each running torch on one thread, or
-    they run in turn and torch splits each operation itself.
-    """
+    """``[work(b) for b in blocks]``, on up to ``workers`` threads (torch and SciPy release the GIL)."""
     if workers <= 1 or len(blocks) <= 1:
         return [work(b) for b in blocks]
-    with _one_torch_thread(), concurrent.futures.ThreadPoolExecutor(min(workers, len(blocks))) as pool:
+    with concurrent.futures.ThreadPoolExecutor(min(workers, len(blocks))) as pool:
         return list(pool.map(work, blocks))
 
 

@@ -428,7 +428,9 @@ def knn_search(
         return out_scores, out_index
     # every path honours the same working-memory floor (the tile plan raises a clear error below it)
     plan_tiles(n_query, ref.shape[0], ref.shape[1], candidate_count(k, ref.shape[0]), ref.element_size(), budget_bytes)
-    if device.type == "cpu":  # host searches: KD-tree or BLAS (see _cpu_search); precision is moot on the host
+    # host searches: KD-tree or BLAS (see _cpu_search); a self-search of part of the references
+    # (query i is reference i of a prefix) stays on the engine
+    if device.type == "cpu" and backend != "triton" and (query is ref or not exclude_self):
         from ._cpu_search import cpu_search
 
         found = cpu_search(ref, query, k, metric, exclude_self=exclude_self, budget_bytes=budget_bytes, stats=stats)
