@@ -140,6 +140,12 @@ def test_tree_products_and_probe_agree(monkeypatch, kind):
     np.testing.assert_array_equal(found["tree"][1][pick], np.argsort(S, axis=1, kind="stable")[:, :10])
 
 
+def test_torch_thread_setting_is_restored():
+    before = torch.get_num_threads()
+    search(_data("random", 3000, 30, seed=12), None, 5, "euclidean", exclude_self=True)
+    assert torch.get_num_threads() == before
+
+
 def test_minkowski_is_left_to_the_engine():
     X = _data("random", 50, 3, seed=6)
     assert cpu_search(torch.from_numpy(X), torch.from_numpy(X), 3, get_metric("minkowski", 3), exclude_self=True,

@@ -190,18 +190,28 @@ def _float64_rows(X: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(X[rows], dtype=np.float64)
 
 
+_THREADS_LOCK = threading.Lock()
+_threads_state = {"active": 0, "saved": None}
+
+
 @contextlib.contextmanager
 def _one_torch_thread():
-    """Torch's intra-op threads set to one for the block (restored after)."""
-    threads = torch.get_num_threads()
-    if threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
+    """Torch's intra-op threads set to one while any search runs (the first in saves the
+    setting, the last out restores it, so overlapping searches from several threads
+    leave it as they found it)."""
+    with _THREADS_LOCK:
+        if _threads_state["active"] == 0:
+            _threads_state["saved"] = torch.get_num_threads()
+            if _threads_state["saved"] != 1:
+                torch.set_num_threads(1)
+        _threads_state["active"] += 1
     try:
         yield
     finally:
-        torch.set_num_threads(threads)
+        with _THREADS_LOCK:
+            _threads_state["active"] -= 1
+            if _threads_state["active"] == 0 and _threads_state["saved"] not in (None, 1):
+                torch.set_num_threads(_threads_state["saved"])
 
 
 def _run_blocks(work, blocks, workers: int) -> list:

@@ -37,7 +37,7 @@ from ..core.triton.rerank import (RERANK_KERNEL_AVAILABLE, RERANK_MAX_FEATURES, 
                                   rerank_select)
 
 from ._duplicates import DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
-from ._float64_order import Float64Tiles, certified_rows, needs_float64_order, rescore, sort_rows
+from ._float64_order import FLOAT64_ORDER_METRICS, Float64Tiles, certified_rows, needs_float64_order, rescore, sort_rows
 
 __all__ = ["knn_search", "candidate_count", "fused_unsupported", "choose_backend"]
 
@@ -430,7 +430,9 @@ def knn_search(
     plan_tiles(n_query, ref.shape[0], ref.shape[1], candidate_count(k, ref.shape[0]), ref.element_size(), budget_bytes)
     # host searches: KD-tree or BLAS (see _cpu_search); a self-search of part of the references
     # (query i is reference i of a prefix) stays on the engine
-    if device.type == "cpu" and backend != "triton" and (query is ref or not exclude_self):
+    # the metrics whose order is float64 on every path (cosine and inner product are float32-ordered)
+    if (device.type == "cpu" and backend != "triton" and (query is ref or not exclude_self)
+            and metric.name in FLOAT64_ORDER_METRICS):
         from ._cpu_search import cpu_search
 
         found = cpu_search(ref, query, k, metric, exclude_self=exclude_self, budget_bytes=budget_bytes, stats=stats)
