@@ -55,6 +55,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -96,7 +97,8 @@ RTOL = 1e-6  # distances this close (relative) count as tied
 LOF_RTOL = 1e-4  # gpumine's LOF comes from float32 distances: float32 rounding, amplified by the ratios
 BIG_ROWS = 20_000  # sets at least this large carry the 3x target
 _DEFAULT_DATA = Path("../shared/data/adbench")
-_FALLBACK_DATA = Path(".devdata/adbench")
+# $GPUMINE_DATA_DIR holds the shared data on machines without ../shared beside the checkout
+_DATA_DIR_VARIABLE = "GPUMINE_DATA_DIR"
 _EPS64 = 2.0**-52
 # the float64 reference's distances are exact to this (relative), far inside RTOL: a point left out
 # of a row's candidates can be nearer than its k-th distance by at most this much
@@ -1099,7 +1101,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--data", type=Path, default=None,
-                   help=f"folder of ADBench *.npz files (default {_DEFAULT_DATA}, else {_FALLBACK_DATA})")
+                   help=f"folder of ADBench *.npz files (default ${_DATA_DIR_VARIABLE}/adbench when set, else {_DEFAULT_DATA})")
     p.add_argument("--sets", default=None, help="comma-separated set names (e.g. 4_breastw,glass); default all")
     p.add_argument("--order", choices=("size", "name"), default="size",
                    help="run the sets smallest first (a --time-budget then cuts the largest) or by name")
@@ -1165,7 +1167,8 @@ def main(argv=None, prog: str | None = None) -> int:
         print(text)
         return 0
     if args.data is None:
-        args.data = _DEFAULT_DATA if _DEFAULT_DATA.is_dir() or not _FALLBACK_DATA.is_dir() else _FALLBACK_DATA
+        root = os.environ.get(_DATA_DIR_VARIABLE)
+        args.data = Path(root) / "adbench" if root else _DEFAULT_DATA
     if not Path(args.data).is_dir():
         print(f"error: --data {args.data}: no such folder", file=sys.stderr)
         return 2
