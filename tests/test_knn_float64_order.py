@@ -78,6 +78,27 @@ def test_random_data_matches_float64_without_scans(device):
     assert stats["rows_float64_scan"] <= 3
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("tree", [False, True])
+def test_reported_scores_are_the_float64_scores_rounded_to_float32(device, tree, monkeypatch):
+    # at 64 features float32 sums of squares are often an ulp or more off their true value;
+    # every path reports the nearest float32 to the float64 score instead
+    skip_if_no_cuda(device)
+    from gpumine.neighbors import _cpu_search
+
+    monkeypatch.setattr(_cpu_search, "CPU_TREE_SEARCH", tree)
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((400, 64)).astype(np.float32)
+    Q = rng.standard_normal((30, 64)).astype(np.float32)
+    for query in (Q, None):
+        d, i = kneighbors(X, query, k=7, metric="sqeuclidean", device=device)
+        rows = X if query is None else query
+        true = ((rows.astype(np.float64)[:, None, :] - X.astype(np.float64)[i]) ** 2).sum(-1)
+        np.testing.assert_array_equal(d, true.astype(np.float32))
+        float32_sums = ((rows[:, None, :] - X[i]) ** 2).sum(-1, dtype=np.float32)
+        assert (float32_sums != d).any()  # the data tells the two apart
+
+
 def test_integer_data_skips_the_float64_order():
     metric = get_metric("euclidean")
     ints = torch.randint(0, 100, (50, 4)).float()

@@ -12,12 +12,27 @@ import torch
 pytest.importorskip("triton")
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the cases run natively: pytest tests/triton_knn_cases.py")
-def test_fused_kernel_cases_under_the_triton_interpreter():
+def _run_interpreted(marks: str, timeout: int) -> None:
     here = Path(__file__).parent
     env = dict(os.environ, TRITON_INTERPRET="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(here / "triton_knn_cases.py")],
-        capture_output=True, text=True, env=env, cwd=here.parent, timeout=900,
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", marks, str(here / "triton_knn_cases.py")],
+        capture_output=True, text=True, env=env, cwd=here.parent, timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+on_gpu_natively = pytest.mark.skipif(torch.cuda.is_available(),
+                                     reason="on a GPU the cases run natively: pytest tests/triton_knn_cases.py")
+
+
+@on_gpu_natively
+def test_fused_kernel_cases_under_the_triton_interpreter():
+    # one representative of each kernel path; the interpreter takes seconds per case
+    _run_interpreted("not slow", timeout=1200)
+
+
+@on_gpu_natively
+@pytest.mark.slow
+def test_every_fused_kernel_case_under_the_triton_interpreter():
+    _run_interpreted("slow", timeout=3600)

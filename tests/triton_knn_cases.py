@@ -23,6 +23,23 @@ SCALE = 8 if ON_GPU else 1  # larger shapes on a real GPU; the interpreter runs 
 BLOCKS = dict(block_m=16, block_n=32) if ON_GPU else dict(block_m=16, block_n=64)
 
 
+def slow_interpreted(*values):
+    """Parameter values that run natively on a GPU, and under the interpreter only with ``-m slow``.
+
+    The interpreter takes seconds per case: CI runs one representative of each kernel
+    path, and the GPU run (or ``TRITON_INTERPRET=1 pytest -m slow``) runs them all.
+    """
+    if ON_GPU:
+        return list(values)
+    # a tuple holds the values of several comma-separated argument names
+    return [pytest.param(*(value if isinstance(value, tuple) else (value,)), marks=pytest.mark.slow) for value in values]
+
+
+def slow_when_interpreted(test):
+    """A whole test that runs natively on a GPU, and under the interpreter only with ``-m slow``."""
+    return test if ON_GPU else pytest.mark.slow(test)
+
+
 def _data(kind, n, d, seed):
     rng = np.random.default_rng(seed)
     if kind == "random":
@@ -41,7 +58,7 @@ def _twin_scores(metric, Q, R):
     return Q, R, m.exact_scores(Q, R.unsqueeze(0))
 
 
-@pytest.mark.parametrize("metric", ["euclidean", "manhattan", "cosine", "inner_product"])
+@pytest.mark.parametrize("metric", ["euclidean", "cosine", *slow_interpreted("manhattan", "inner_product")])
 @pytest.mark.parametrize("shape", [(37, 203, 5), (1, 1, 1), (17, 33, 65)] if ON_GPU else [(9, 77, 5), (1, 1, 1), (5, 20, 65)])
 @pytest.mark.parametrize("c", [1, 8, 16] if ON_GPU else [1, 16])
 def test_candidates_are_the_c_smallest_scores(metric, shape, c):
@@ -66,7 +83,7 @@ def test_ties_go_to_the_lower_index_and_self_is_excluded():
     assert torch.equal(i, expected)
 
 
-@pytest.mark.parametrize("kind", ["random", "integer", "duplicates"])
+@pytest.mark.parametrize("kind", ["duplicates", *slow_interpreted("random", "integer")])
 @pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean", "manhattan", "cosine", "inner_product"] if ON_GPU else ["euclidean", "cosine"])
 @pytest.mark.parametrize("d", [2, 4])  # L2 at d = 2 is scored by direct differences, at 4 by tl.dot
 def test_search_with_fused_kernel_equals_torch_twin(kind, metric, d):
@@ -99,8 +116,8 @@ def test_float64_or_large_k_is_refused_explicitly_and_falls_back_on_auto():
         assert stats["backend"] == "torch"
 
 
-@pytest.mark.parametrize("kind", ["random", "duplicates", "integer"])
-@pytest.mark.parametrize("metric", ["euclidean", "cosine"])
+@pytest.mark.parametrize("kind", ["integer", *slow_interpreted("random", "duplicates")])
+@pytest.mark.parametrize("metric", ["euclidean", *slow_interpreted("cosine")])
 def test_search_over_many_references_equals_torch_twin(kind, metric):
     # more references than one program's tile step, and k up to the register budget
     X = _data(kind, 8400 if ON_GPU else 600, 3, 8)
@@ -115,7 +132,7 @@ def test_search_over_many_references_equals_torch_twin(kind, metric):
         assert_knn_matches(*own, X, X, 5, metric, exclude_self=True)
 
 
-@pytest.mark.parametrize("d", [1, 17, 40, 65])
+@pytest.mark.parametrize("d", [1, 65, *slow_interpreted(17, 40)])
 @pytest.mark.parametrize("splits", [1, 3])
 def test_prepared_l2_rows_and_reference_splits(d, splits):
     # prepared L2 rows are scored by tl.dot, raw rows by direct differences; splits merge per-split lists
@@ -134,6 +151,7 @@ def test_prepared_l2_rows_and_reference_splits(d, splits):
     torch.testing.assert_close(raw_v, torch.sort(exact, dim=1).values[:, :8], rtol=1e-5, atol=1e-5)
 
 
+@slow_when_interpreted
 def test_lof_on_the_fused_kernel_equals_torch_twin():
     from gpumine.outliers import LocalOutlierFactor
 
@@ -146,6 +164,7 @@ def test_lof_on_the_fused_kernel_equals_torch_twin():
     np.testing.assert_array_equal(novelty.score_samples(X[80:]), twin_novelty.score_samples(X[80:]))
 
 
+@slow_when_interpreted
 def test_low_dimensional_l2_is_certified_with_relative_bounds():
     # a dense 2-d cluster and a few far points (as Gaussian tails): the tile form's absolute error
     # bound (|x|^2 + max |y|^2) dwarfs the cluster's neighbour distances, the direct form's relative
@@ -164,7 +183,7 @@ def test_low_dimensional_l2_is_certified_with_relative_bounds():
     assert_knn_matches(d_f.sqrt().cpu().numpy(), i_f.cpu().numpy(), X, X, 5, "euclidean", exclude_self=True)
 
 
-@pytest.mark.parametrize("metric", ["euclidean", "cosine", "manhattan"])
+@pytest.mark.parametrize("metric", ["cosine", *slow_interpreted("euclidean", "manhattan")])
 def test_retries_after_the_fused_kernel_give_the_torch_twins_results(metric, monkeypatch):
     # integer data: ties at the k-th place fail the certificate; the first retries (2x, then
     # 8x the candidates) run on the kernel, later ones on the torch selection's reference
@@ -183,9 +202,9 @@ def test_retries_after_the_fused_kernel_give_the_torch_twins_results(metric, mon
     assert torch.equal(fused[1], twin[1]) and torch.equal(fused[0], twin[0])
 
 
-@pytest.mark.parametrize("precision", ["exact", "tf32", "bf16"])
-@pytest.mark.parametrize("metric", ["euclidean", "cosine", "inner_product"])
-@pytest.mark.parametrize("kind", ["random", "integer"])
+@pytest.mark.parametrize("precision", ["exact", *slow_interpreted("tf32", "bf16")])
+@pytest.mark.parametrize("metric", ["euclidean", "cosine", *slow_interpreted("inner_product")])
+@pytest.mark.parametrize("kind", ["integer", *slow_interpreted("random")])
 @pytest.mark.parametrize("d", [12, 64])  # 64: L2's |y|^2 goes to the kernel as a per-reference bias
 def test_reduced_precision_kernel_gives_the_exact_results(precision, metric, kind, d):
     # exact (tf32x3), one TF32 product / bfloat16 operands in the kernel, wider candidate lists and the
@@ -223,7 +242,7 @@ def test_reference_bias_equals_the_augmented_feature():
 
 
 @pytest.mark.parametrize("metric", ["euclidean", "manhattan"])
-@pytest.mark.parametrize("d", [1, 3, 8, 16])
+@pytest.mark.parametrize("d", [1, 16, *slow_interpreted(3, 8)])
 def test_exact_tiles_equal_the_torch_twin_bit_for_bit(metric, d):
     Q = torch.from_numpy(_data("random", 37 * SCALE, d, 11) * 3).to(DEVICE)
     R = torch.from_numpy(_data("duplicates", 203 * SCALE, d, 12)).to(DEVICE)
@@ -257,8 +276,8 @@ def test_scores_within_a_threshold_equal_the_torch_twin_bit_for_bit():
 
 
 @pytest.mark.parametrize("path", ["threshold", "tiles"])
-@pytest.mark.parametrize("kind", ["random", "integer", "duplicates"])
-@pytest.mark.parametrize("metric", ["sqeuclidean", "manhattan"])
+@pytest.mark.parametrize("kind", ["duplicates", *slow_interpreted("random", "integer")])
+@pytest.mark.parametrize("metric", ["sqeuclidean", *slow_interpreted("manhattan")])
 def test_large_k_selects_from_exact_tiles_with_the_torch_twins_results(path, kind, metric):
     # k beyond the fused kernel's register budget; the threshold kernel runs when k is small
     # against the references, else whole exact tiles are scored and selected
@@ -364,7 +383,7 @@ def test_rotated_visits_keep_the_c_best_and_skip_each_rows_own_column(prepared):
         fused_candidates(Qk, Rk, 8, metric_name="euclidean", prepared=prepared, anchors=anchors[:3])
 
 
-@pytest.mark.parametrize("d", [65, 71, 80, 81])
+@pytest.mark.parametrize("d", [65, 81, *slow_interpreted(71, 80)])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_features_past_one_dot_step_are_added_as_fmas(d, with_bias):
     # 65-80 dot features: one 64-wide tl.dot step and the last d - 64 as FMAs; 81 takes 16-wide steps
@@ -392,8 +411,8 @@ def test_dot_operands_are_aligned_and_their_layout_does_not_change_the_candidate
         assert torch.equal(v, results[0][0]) and torch.equal(i, results[0][1])
 
 
-@pytest.mark.parametrize("metric", ["euclidean", "cosine"])
-@pytest.mark.parametrize("d", [65, 72])
+@pytest.mark.parametrize("metric", ["euclidean", *slow_interpreted("cosine")])
+@pytest.mark.parametrize("d", [65, *slow_interpreted(72)])
 def test_searches_past_one_dot_step_equal_the_torch_twin(metric, d):
     X = _data("duplicates", 90 * SCALE if ON_GPU else 40, d, 33)
     for query in (None, X[:7]):
@@ -403,6 +422,7 @@ def test_searches_past_one_dot_step_equal_the_torch_twin(metric, d):
         np.testing.assert_array_equal(fused[0], twin[0])
 
 
+@slow_when_interpreted
 def test_tuning_records_a_shape_per_class_and_keeps_the_results(tmp_path, monkeypatch):
     from gpumine.core.triton import knn_tuning
     from gpumine.neighbors import tune_knn
@@ -447,7 +467,7 @@ def test_unmerged_split_lists_hold_each_splits_best_and_bound_the_rest(exclude_s
     assert torch.all(torch.where(kept, torch.inf, exact) >= bound[:, None])
 
 
-@pytest.mark.parametrize("kind", ["random", "duplicates"])
+@pytest.mark.parametrize("kind", slow_interpreted("random", "duplicates"))
 def test_search_with_unmerged_reference_splits_equals_the_torch_twin(kind):
     # few queries against enough references that the launcher splits the references
     X = _data(kind, 8800 if ON_GPU else 2100, 65, 43)  # >= 2 splits of 8 tiles of 128 references
@@ -471,8 +491,8 @@ def _candidate_lists(n, width, n_ref, seed, pad_share=0.15):
     return torch.where(pad, torch.full_like(index, -1), index).to(DEVICE)
 
 
-@pytest.mark.parametrize("metric,d", [("euclidean", 1), ("sqeuclidean", 5), ("manhattan", 3), ("euclidean", 16)])
-@pytest.mark.parametrize("width,k", [(8, 7), (13, 13), (32, 5), (64, 20)])
+@pytest.mark.parametrize("metric,d", [("euclidean", 1), ("manhattan", 3), *slow_interpreted(("sqeuclidean", 5), ("euclidean", 16))])
+@pytest.mark.parametrize("width,k", [(8, 7), (64, 20), *slow_interpreted((13, 13), (32, 5))])
 @pytest.mark.parametrize("own", [False, True])
 def test_rerank_kernel_scores_and_selects_as_the_torch_twin_bit_for_bit(metric, d, width, k, own):
     from gpumine.core.triton.rerank import rerank_select, rerank_select_torch

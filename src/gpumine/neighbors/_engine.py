@@ -436,10 +436,8 @@ def knn_search(
         from ._cpu_search import cpu_search
 
         found = cpu_search(ref, query, k, metric, exclude_self=exclude_self, budget_bytes=budget_bytes, stats=stats)
-        if found is not None:
-            # reported values as every other path reports them: the pairs' exact scores in the data's dtype
-            scores = rescore(query, ref, found[1], metric, dtype, budget_bytes)
-            return finish_scores(scores.to(result_device), metric, as_distance, scale), found[1].to(result_device)
+        if found is not None:  # float64 exact scores rounded to the data's dtype, as the engine reports them
+            return finish_scores(found[0].to(result_device), metric, as_distance, scale), found[1].to(result_device)
     engine = dict(device=device, budget_bytes=budget_bytes, verbose=verbose, stats=stats, backend=backend, precision=precision)
     order64 = float64_order and needs_float64_order(ref, query, metric)
     unique = UniqueRows.find(ref) if dedupe and _dedup_applies(ref, query, k, metric, device, exclude_self) else None
@@ -447,12 +445,12 @@ def knn_search(
         _engine_search(ref, query, k, metric, exclude_self, out_scores, out_index, **engine)
         return finish_scores(out_scores, metric, as_distance, scale), out_index
     if unique is not None:
-        _, index = _search_unique(unique, query, k, metric, exclude_self=exclude_self, order64=order64, **engine)
+        keys, index = _search_unique(unique, query, k, metric, exclude_self=exclude_self, order64=order64, **engine)
     else:
-        _, index = _search_ordered(ref, query, k, metric, exclude_self, order64, **engine)
-    # reported values: the float32 exact scores of the chosen pairs, as the engine reports them
-    scores = rescore(query, ref, index, metric, dtype, budget_bytes)
-    out_scores.copy_(scores)
+        keys, index = _search_ordered(ref, query, k, metric, exclude_self, order64, **engine)
+    # reported values: the float64 exact scores rounded to the data's dtype where the order is
+    # float64 (the nearest float32 to the true score), else the engine's exact scores
+    out_scores.copy_(keys)
     out_index.copy_(index)
     return finish_scores(out_scores, metric, as_distance, scale), out_index
 
@@ -510,8 +508,8 @@ def order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_
 
     ``scores``/``index``: the engine's lists of :func:`float64_list_width` entries,
     ordered by (float32 exact score, index). Returns ``(keys, index, reported)``:
-    float64 scores, indices, and the float32 exact scores of those pairs (the
-    values the engine reports). Rows the float64 certificate leaves open get one
+    float64 scores, indices, and those scores rounded to the lists' dtype (the
+    values the engine reports: the nearest float32 to each true score). Rows the float64 certificate leaves open get one
     float64 exact scan (see :mod:`._float64_order`); with more than ``max_open``
     of them, None instead (the caller's other path settles them).
     """
@@ -520,7 +518,7 @@ def order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_
     # sort by (float64 key, index); the float32 scores follow their pairs
     order = torch.argsort(index, dim=1, stable=True)
     order = order.gather(1, torch.argsort(keys.gather(1, order), dim=1, stable=True))
-    keys, index, reported = keys.gather(1, order), index.gather(1, order), scores.gather(1, order)
+    keys, index = keys.gather(1, order), index.gather(1, order)
     open_rows = torch.empty(0, dtype=torch.int64, device=device)
     if index.shape[1] > k:  # else every reference is listed: nothing outside the list to beat
         open_rows = (~certified_rows(keys, scores.amax(1), k, metric, ref.shape[1])).nonzero().squeeze(1)
@@ -532,10 +530,10 @@ def order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_
         scan_s, scan_i = _exact_scan(Q64, open_rows, Float64Tiles(ref, rows_per_tile, device), metric, k, exclude_self,
                                      budget_bytes)
         keys[open_rows, :k], index[open_rows, :k] = scan_s, scan_i
-        reported[open_rows, :k] = rescore(query[open_rows.to(query.device)], ref, scan_i, metric, scores.dtype, budget_bytes)
     if stats is not None:
         stats["rows_float64_scan"] = stats.get("rows_float64_scan", 0) + int(open_rows.numel())
-    return keys[:, :k].contiguous(), index[:, :k].contiguous(), reported[:, :k].contiguous()
+    keys = keys[:, :k].contiguous()
+    return keys, index[:, :k].contiguous(), keys.to(scores.dtype)
 
 
 # Searches of fewer (query, reference) pairs skip the duplicate check: the sort costs more

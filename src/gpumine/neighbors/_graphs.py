@@ -37,7 +37,7 @@ from ..config import working_memory_bytes
 from ..core.distance import Metric
 from ._engine import (_References, _Retries, _range_scale, finish_scores, first_pass, float64_list_width, order_by_float64,
                       plan_search)
-from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range, rescore
+from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range
 
 __all__ = ["search_with_graph", "clear_search_graphs", "GRAPH_SEARCHES"]
 
