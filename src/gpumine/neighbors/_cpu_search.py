@@ -214,17 +214,32 @@ def _one_torch_thread():
                 torch.set_num_threads(_threads_state["saved"])
 
 
+_POOL_LOCK = threading.Lock()
+_pool_state = {"pool": None, "workers": 0}
+
+
+def _thread_pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
+    """One executor kept for every search: starting threads per call cost milliseconds on a busy host."""
+    with _POOL_LOCK:
+        if _pool_state["pool"] is None or _pool_state["workers"] < workers:
+            _pool_state["pool"] = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="gpumine-cpu-search")
+            _pool_state["workers"] = workers
+        return _pool_state["pool"]
+
+
 def _run_blocks(work, blocks, workers: int) -> list:
     """``[work(b) for b in blocks]``, on up to ``workers`` threads (torch and SciPy release the GIL)."""
     if workers <= 1 or len(blocks) <= 1:
         return [work(b) for b in blocks]
-    with concurrent.futures.ThreadPoolExecutor(min(workers, len(blocks))) as pool:
-        return list(pool.map(work, blocks))
+    return list(_thread_pool(workers).map(work, blocks))
 
 
 # Tree searches of fewer (query rows x neighbours) run on one thread: blocks of a few
 # milliseconds gain less from a second thread than they lose to the GIL
 _PARALLEL_MIN_TREE = 1 << 14
+# Product searches of fewer multiply-adds (query rows x padded references x features) run
+# on one thread likewise
+_PARALLEL_MIN_GEMM = 1 << 24
 
 
 def _split(n: int, block: int, workers: int, min_rows: int = 256) -> list:
@@ -770,6 +785,8 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, metric, results,
             give_up.set()
         return rows[open_rows][too_wide], open_rows.size
 
+    if rows_in.size * prod.n_pad * prod.d < _PARALLEL_MIN_GEMM:
+        workers = 1
     done = _run_blocks(work, _split(rows_in.size, block, workers), workers)
     counters["rows_tie_complete"] += sum(n for _, n in done)
     return np.concatenate([w for w, _ in done])
