@@ -11,6 +11,7 @@ from ..core.distance import check_precision, get_metric
 from ..core.tiles import fits_on_device, same_device
 from ._engine import choose_backend, knn_search
 from ._graphs import search_with_graph
+from ._magnitude import smallest_nonzero_magnitude
 
 __all__ = ["kneighbors", "tune_knn"]
 
@@ -20,7 +21,7 @@ def _common_dtype(*tensors: torch.Tensor) -> torch.dtype:
 
 
 def _to_device_checked(arrays: dict, device: torch.device):
-    """Validated tensors on a GPU, checked for NaN/inf there; and their largest magnitude.
+    """Validated tensors on a GPU, checked for NaN/inf there; their largest and smallest nonzero magnitudes.
 
     ``arrays`` maps parameter names to tensors (the same tensor once). Host data
     that fits is copied first and checked on the device: one min/max reduction
@@ -28,7 +29,7 @@ def _to_device_checked(arrays: dict, device: torch.device):
     the engine's range scaling needs, behind a single host wait. On an H200's
     host NumPy's isfinite, min and max of the physics search's 12,000 + 32,768
     rows x 65 took 1.9 ms of a 6.5 ms search. Host data too large to copy is
-    checked on the host; the magnitude is then None (the engine measures it).
+    checked on the host; the magnitudes are then None (the engine measures them).
     """
     moved, extremes = {}, []
     on_host = False
@@ -42,17 +43,18 @@ def _to_device_checked(arrays: dict, device: torch.device):
             tensor = tensor.to(device)
         moved[name] = tensor
         if tensor.numel():
-            extremes.append(torch.stack(torch.aminmax(tensor)))
+            extremes.append(torch.stack([*torch.aminmax(tensor), smallest_nonzero_magnitude(tensor)]))
     if extremes:
-        low_high = torch.cat(extremes).double().cpu().numpy()  # the one host wait
+        found = torch.stack(extremes).double().cpu().numpy()  # the one host wait
+        low_high = found[:, :2]
         if not np.isfinite(low_high).all():
             for name, tensor in moved.items():
                 if tensor.device.type != "cpu" and tensor.numel() and not bool(torch.isfinite(tensor).all()):
                     raise non_finite_error(tensor, name)
-        largest = float(np.abs(low_high).max())
+        largest, tiniest = float(np.abs(low_high).max()), float(found[:, 2].min())
     else:
-        largest = 0.0
-    return moved, None if on_host else largest
+        largest, tiniest = 0.0, float("inf")
+    return moved, (None, None) if on_host else (largest, tiniest)
 
 
 def kneighbors(
@@ -179,9 +181,9 @@ def kneighbors(
 
 def _search(ref, query, k, metric_obj, exclude_self, dev, budget_bytes, result_device, verbose, backend, precision):
     """The eager search: GPU operands copied and checked first, then the engine."""
-    magnitude = None
+    magnitude = tiniest = None
     if dev.type == "cuda":
-        arrays, magnitude = _to_device_checked({"X_ref": ref} if exclude_self else {"X_ref": ref, "X_query": query}, dev)
+        arrays, (magnitude, tiniest) = _to_device_checked({"X_ref": ref} if exclude_self else {"X_ref": ref, "X_query": query}, dev)
         ref = arrays["X_ref"]
         query = ref if exclude_self else arrays["X_query"]
     return knn_search(
@@ -198,6 +200,7 @@ def _search(ref, query, k, metric_obj, exclude_self, dev, budget_bytes, result_d
         as_distance=True,
         precision=precision,
         magnitude=magnitude,
+        tiniest=tiniest,
     )
 
 

@@ -37,6 +37,7 @@ from ..core.triton.rerank import (RERANK_KERNEL_AVAILABLE, RERANK_MAX_FEATURES, 
                                   rerank_select)
 
 from ._duplicates import DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
+from ._magnitude import arithmetic, magnitudes
 from ._float64_order import FLOAT64_ORDER_METRICS, Float64Tiles, certified_rows, needs_float64_order, rescore, sort_rows
 
 __all__ = ["knn_search", "candidate_count", "fused_unsupported", "choose_backend"]
@@ -140,30 +141,14 @@ def choose_backend(backend, device: torch.device, metric: Metric, dtype: torch.d
     return resolved
 
 
-# squares of values outside [2^-40, 2^40] approach float32's range (overflow past
-# ~1.8e19, underflow below ~1e-19): such data is scaled by a power of two (exact)
-_SAFE_MAGNITUDE = 2.0**40
+def _range_plan(ref: torch.Tensor, query: torch.Tensor, largest: float | None = None, tiniest: float | None = None):
+    """``(dtype to compute in, power-of-two scale or None)`` for this data (see :mod:`._magnitude`).
 
-
-def _range_scale(ref: torch.Tensor, query: torch.Tensor, largest: float | None = None) -> float | None:
-    """A power of two that brings the data's largest magnitude near 1, or None when it is safe as is.
-
-    ``largest``: the largest absolute value of both, when the caller knows it.
+    ``largest``/``tiniest``: the data's largest and smallest nonzero magnitudes, when the caller has them.
     """
-    def magnitude(X: torch.Tensor) -> float:  # min and max: no |X| copy of possibly huge host data
-        if X.device.type == "cpu":  # NumPy's are ~20x faster than torch.aminmax on the host
-            values = X.detach().numpy()
-            return max(-float(values.min()), float(values.max()))
-        low, high = torch.aminmax(X)
-        return max(-float(low), float(high))
-
-    if largest is None:
-        largest = magnitude(ref) if ref.numel() else 0.0
-        if query is not ref and query.numel():
-            largest = max(largest, magnitude(query))
-    if largest == 0.0 or 1.0 / _SAFE_MAGNITUDE <= largest <= _SAFE_MAGNITUDE:
-        return None
-    return 2.0 ** (-round(math.log2(largest)))
+    if largest is None or (tiniest is None and ref.dtype != torch.float64):
+        largest, tiniest = magnitudes(ref) if query is ref else magnitudes(ref, query)
+    return arithmetic(ref.dtype, largest, math.inf if tiniest is None else tiniest)
 
 
 def _max_scale(scales):
@@ -395,6 +380,7 @@ def knn_search(
     as_distance: bool = False,
     precision: str = "exact",
     magnitude: float | None = None,
+    tiniest: float | None = None,
     dedupe: bool = True,
     float64_order: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -408,16 +394,27 @@ def knn_search(
     candidate phase as one fused kernel (see :func:`fused_unsupported`);
     ``"auto"`` (from :func:`choose_backend`) picks it by :func:`auto_prefers_fused`.
     ``as_distance=True`` returns the metric's distances instead of scores.
-    Data whose magnitude is near the ends of the float range is scaled by a
-    power of two first (exact) and the results scaled back. ``precision``
+    Data whose magnitudes are near the ends of the float range is scaled by a
+    power of two first (exact) and the results scaled back; float32 data whose
+    magnitudes span more than float32 can square exactly is searched in float64
+    and its results rounded to float32 (see :mod:`._magnitude`). ``precision``
     (``"exact"``, ``"tf32"``, ``"bf16"``) is the arithmetic of the candidate
     phase's products; the re-rank and certificate keep results exact in all.
-    ``magnitude``: the largest absolute value in ``ref`` and ``query`` when the
-    caller has it (saves a pass over the data).
+    ``magnitude``/``tiniest``: the largest and the smallest nonzero absolute
+    value in ``ref`` and ``query`` when the caller has them (saves passes over
+    the data).
     """
     n_query = query.shape[0]
     dtype = ref.dtype
-    scale = _range_scale(ref, query, magnitude)
+    compute_dtype, scale = _range_plan(ref, query, magnitude, tiniest)
+    if compute_dtype != dtype:
+        wide_ref = ref.to(compute_dtype)
+        scores, index = knn_search(
+            wide_ref, wide_ref if query is ref else query.to(compute_dtype), k, metric, exclude_self=exclude_self,
+            device=device, budget_bytes=budget_bytes, result_device=result_device, verbose=verbose, stats=stats,
+            backend="auto" if backend == "triton" else backend, as_distance=as_distance, dedupe=dedupe,
+            float64_order=float64_order)
+        return scores.to(dtype), index
     if scale is not None:
         same = query is ref
         ref = ref * scale

@@ -35,9 +35,10 @@ import torch
 
 from ..config import working_memory_bytes
 from ..core.distance import Metric
-from ._engine import (_References, _Retries, _range_scale, finish_scores, first_pass, float64_list_width, order_by_float64,
+from ._engine import (_References, _Retries, _range_plan, finish_scores, first_pass, float64_list_width, order_by_float64,
                       plan_search)
 from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range
+from ._magnitude import smallest_nonzero_magnitude
 
 __all__ = ["search_with_graph", "clear_search_graphs", "GRAPH_SEARCHES"]
 
@@ -74,7 +75,8 @@ class _CapturedSearch:
         self.ref_in = torch.empty(ref_shape, dtype=torch.float32, device=device)
         self.query_in = None if exclude_self else torch.empty(query_shape, dtype=torch.float32, device=device)
         self.staging = {}  # pinned copies of host operands, made on first use
-        n_flags = 3 * (1 if exclude_self else 2) + 1  # extremes and integrality of each input, open rows
+        # extremes, integrality and smallest nonzero magnitude of each input, open rows
+        n_flags = 4 * (1 if exclude_self else 2) + 1
         self.host_flags = torch.empty(n_flags, dtype=torch.float64, pin_memory=True)
         n_query = query_shape[0]
         self.host_scores = torch.empty((n_query, k), dtype=torch.float32, pin_memory=True) if to_host else None
@@ -105,12 +107,14 @@ class _CapturedSearch:
         inputs = (self.ref_in,) if self.query_in is None else (self.ref_in, query)
         extremes = [torch.stack(torch.aminmax(t)) for t in inputs]
         integral = [(t == torch.round(t)).all()[None] for t in inputs]  # float32 scores exact? (see _float64_order)
+        tiniest = [smallest_nonzero_magnitude(t)[None] for t in inputs]
         for t in inputs:  # checked after the replay; meanwhile nothing may turn NaN or infinity into an index
             torch.nan_to_num_(t, nan=0.0, posinf=0.0, neginf=0.0)
         refs = _References(self.ref_in, sp.metric, sp.plan.ref_rows, sp.device, resident=True)
         scores, index, certified, Qp, ids = first_pass(sp, refs, query, 0, self.exclude_self)
         open_rows = (~certified).sum()
-        flags = [torch.cat(extremes).double(), torch.cat(integral).double(), open_rows.double()[None]]
+        flags = [torch.cat(extremes).double(), torch.cat(integral).double(), torch.cat(tiniest).double(),
+                 open_rows.double()[None]]
         self.host_flags.copy_(torch.cat(flags), non_blocking=True)
         if self.to_host:
             self.host_scores.copy_(scores, non_blocking=True)
@@ -137,13 +141,15 @@ class _CapturedSearch:
         self.graph.replay()
         torch.cuda.current_stream(self.sp.device).synchronize()  # the one host wait
         flags = self.host_flags.numpy()
-        n_inputs = (len(flags) - 1) // 3
+        n_inputs = (len(flags) - 1) // 4
         extremes, open_rows = flags[: 2 * n_inputs], int(flags[-1])
         self.integral = bool((flags[2 * n_inputs : 3 * n_inputs] == 1.0).all())
+        tiniest = float(flags[3 * n_inputs : 4 * n_inputs].min())
         self.span = (float(extremes[0::2].min()), float(extremes[1::2].max()))
         if not np.isfinite(extremes).all():
             return None
-        if _range_scale(self.ref_in, self.query, float(np.abs(extremes).max())) is not None:
+        # data to scale or to search in float64 goes the eager way (see gpumine.neighbors._magnitude)
+        if _range_plan(self.ref_in, self.query, float(np.abs(extremes).max()), tiniest) != (torch.float32, None):
             return None
         if open_rows:
             # a copy of the references: what the retries cache on it must not outlive this replay

@@ -156,9 +156,9 @@ def _k_distinct_distance(
     # vectors) may need more, found by doubling
     want = min(k + 1, n_distinct)
     while pending.numel():
-        scores, _ = knn_search(distinct, queries[pending], want, metric, exclude_self=False,
-                               device=device, budget_bytes=budget_bytes, result_device=device, verbose=0)
-        dist = metric.to_distance(scores).to(torch.float64)
+        found, _ = knn_search(distinct, queries[pending], want, metric, exclude_self=False, device=device,
+                              budget_bytes=budget_bytes, result_device=device, verbose=0, as_distance=True)
+        dist = found.to(torch.float64)
         positive = dist > 0
         n_positive = positive.sum(1)
         enough = n_positive >= k
@@ -284,9 +284,10 @@ def lof_fit(
     """
     check_lof_metric(metric)
     check_duplicates_rule(duplicates)
-    scores, indices = knn_search(X, X, n_neighbors, metric, exclude_self=True, device=device,
-                                 budget_bytes=budget_bytes, result_device=device, verbose=verbose, backend=backend)
-    fit = lof_from_knn(metric.to_distance(scores), indices, X, metric, duplicates=duplicates,
+    # distances straight from the engine: squared scores of large data may overflow the data's dtype
+    dist, indices = knn_search(X, X, n_neighbors, metric, exclude_self=True, device=device, budget_bytes=budget_bytes,
+                               result_device=device, verbose=verbose, backend=backend, as_distance=True)
+    fit = lof_from_knn(dist, indices, X, metric, duplicates=duplicates,
                        device=device, budget_bytes=budget_bytes)
     if warn:
         warn_duplicates(fit, stacklevel=3)

@@ -277,8 +277,9 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
             result_device=self.device_, verbose=self.verbose,
             backend=choose_backend(self.backend, self.device_, self._metric, self._fit_X.dtype, self.n_neighbors_,
                                    self.n_samples_fit_),
+            as_distance=True,
         )
-        lof, _ = lof_score(self._metric.to_distance(scores), index, self._lof_fit)
+        lof, _ = lof_score(scores, index, self._lof_fit)
         return (-lof).to(out_dtype), kind
 
     @available_if(_check_novelty_score_samples)

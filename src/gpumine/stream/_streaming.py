@@ -244,9 +244,9 @@ class _WindowedLOF(abc.ABC):
     # -- scoring -------------------------------------------------------------------------
     def _knn(self, ref: torch.Tensor, query: torch.Tensor, k: int, exclude_self: bool):
         backend = choose_backend(self.backend, self.device_, self._metric, ref.dtype, k, ref.shape[0])
-        scores, index = knn_search(ref, query, k, self._metric, exclude_self=exclude_self, device=self.device_,
-                                   budget_bytes=self._budget, result_device=self.device_, verbose=0, backend=backend)
-        return self._metric.to_distance(scores), index
+        return knn_search(ref, query, k, self._metric, exclude_self=exclude_self, device=self.device_,
+                          budget_bytes=self._budget, result_device=self.device_, verbose=0, backend=backend,
+                          as_distance=True)
 
     def _fit_reference(self, R: torch.Tensor, n_real: int, window: bool = False):
         """LOF quantities of the set R whose first ``n_real`` rows are real points.
