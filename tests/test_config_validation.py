@@ -67,18 +67,36 @@ def test_auto_picks_the_gpu():
     [
         (np.ones((3, 2), np.float64), torch.float64),
         (np.ones((3, 2), np.float32), torch.float32),
-        (np.ones((3, 2), np.int64), torch.float32),
-        ([[1, 2], [3, 4]], torch.float32),
-        ([[1.5, 2], [3, 4]], torch.float32),
+        # integers, booleans and lists are computed in float64, as scikit-learn does
+        (np.ones((3, 2), np.int64), torch.float64),
+        (np.ones((3, 2), np.float16), torch.float32),
+        ([[1, 2], [3, 4]], torch.float64),
+        ([[1.5, 2], [3, 4]], torch.float64),
         (pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0]}), torch.float64),
-        (pd.DataFrame({"a": [1, 2], "b": [3.0, 4.0]}), torch.float32),
+        (pd.DataFrame({"a": [1, 2], "b": [3.0, 4.0]}), torch.float64),
+        (pd.DataFrame({"a": np.float32([1, 2]), "b": np.float32([3.0, 4.0])}), torch.float32),
         (torch.ones(3, 2, dtype=torch.float64), torch.float64),
-        (torch.ones(3, 2, dtype=torch.int32), torch.float32),
-        (torch.ones(3, 2, dtype=torch.bool), torch.float32),
+        (torch.ones(3, 2, dtype=torch.float32), torch.float32),
+        (torch.ones(3, 2, dtype=torch.int32), torch.float64),
+        (torch.ones(3, 2, dtype=torch.bool), torch.float64),
     ],
 )
 def test_check_array_dtypes(X, dtype):
     assert check_array(X).dtype == dtype
+
+
+def test_integers_past_float32_are_not_rounded():
+    from gpumine.neighbors import kneighbors
+
+    d, i = kneighbors([[0.0], [1.0]], [[16777217]], k=1, device="cpu")
+    assert d.tolist() == [[16777216.0]] and d.dtype == np.float64
+    d, _ = kneighbors(np.array([[0], [1]], dtype=np.int32), np.array([[16777217]]), k=1, device="cpu")
+    assert d.tolist() == [[16777216.0]]
+
+
+def test_complex_dataframes_are_refused():
+    with pytest.raises(ValueError, match="Complex"):
+        check_array(pd.DataFrame({"a": [1 + 2j, 3j]}))
 
 
 def test_check_array_keeps_readonly_memmap_without_copy(tmp_path):

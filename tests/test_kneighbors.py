@@ -104,7 +104,7 @@ def test_output_kind_follows_input():
     d, i = kneighbors(torch.from_numpy(X), k=2, device="cpu")
     assert isinstance(d, torch.Tensor) and isinstance(i, torch.Tensor) and i.dtype == torch.int64
     d, i = kneighbors(X.tolist(), [[0.0, 0.0, 0.0]], k=2, device="cpu")
-    assert isinstance(d, np.ndarray) and d.dtype == np.float32
+    assert isinstance(d, np.ndarray) and d.dtype == np.float64  # lists compute in float64, as scikit-learn
     ro = X.copy()
     ro.setflags(write=False)
     d2, i2 = kneighbors(ro, ro, k=2, device="cpu")

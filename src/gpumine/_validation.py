@@ -64,10 +64,13 @@ def _to_numpy_or_tensor(X, name: str):
         )
     if hasattr(X, "to_numpy") and hasattr(X, "dtypes"):  # pandas DataFrame / Series
         dtypes = list(X.dtypes) if hasattr(X.dtypes, "__iter__") else [X.dtypes]
-        all_float64 = all(str(t) in ("float64", "Float64") for t in dtypes)
+        if any(getattr(t, "kind", "") == "c" for t in dtypes):
+            raise ValueError(f"Complex data not supported: {name} has complex columns; pass real numbers")
+        # float32 columns only: float32, as a float32 array would be; else float64, as scikit-learn
+        all_float32 = all(str(t) in ("float32", "Float32", "float16") for t in dtypes)
         try:
             arr = X.to_numpy(dtype=np.float64, na_value=np.nan)
-            return arr if all_float64 else arr.astype(np.float32)
+            return arr.astype(np.float32) if all_float32 else arr
         except (TypeError, ValueError) as exc:
             raise ValueError(
                 f"{name}: the DataFrame has non-numeric columns ({exc}); encode them as numbers "
@@ -81,8 +84,7 @@ def _to_numpy_or_tensor(X, name: str):
         raise ValueError(
             f"{name} could not be read as an array ({exc}); pass a 2-D array with rows of equal length"
         ) from None
-    # Python floats carry no precision request: lists follow the float32 default
-    return arr.astype(np.float32) if arr.dtype == np.float64 else arr
+    return arr
 
 
 def all_finite(tensor: torch.Tensor) -> bool:
@@ -109,7 +111,7 @@ def _numpy_to_float(arr: np.ndarray, name: str, dtype) -> np.ndarray:
             ) from None
     elif arr.dtype.kind not in "biuf":
         raise ValueError(f"{name} has dtype {arr.dtype}, which is not numeric; pass numbers")
-    target = dtype or (np.float64 if arr.dtype == np.float64 else np.float32)
+    target = dtype or (np.float32 if arr.dtype in (np.float32, np.float16) else np.float64)
     if arr.dtype != target:
         arr = arr.astype(target)
     return arr
@@ -136,7 +138,9 @@ def check_array(
     name : str
         The parameter name used in error messages.
     dtype : torch.float32, torch.float64 or None
-        ``None`` keeps float64 input as float64 and makes everything else float32.
+        ``None`` computes float32 (and float16) input as float32 and everything
+        else (float64, integers, booleans, lists) as float64, as scikit-learn
+        does: integers above 2^24 are not rounded.
     ensure_2d : bool
         Require a 2-D ``(n_samples, n_features)`` input.
     allow_empty : bool
@@ -147,6 +151,8 @@ def check_array(
     Examples
     --------
     >>> check_array([[1, 2], [3, 4]]).dtype
+    torch.float64
+    >>> check_array(np.ones((2, 2), dtype=np.float32)).dtype
     torch.float32
     >>> check_array([[float("nan"), 1.0]])
     Traceback (most recent call last):
@@ -174,7 +180,7 @@ def check_array(
         )
         if not numeric:
             raise ValueError(f"{name} has dtype {tensor.dtype}, which is not numeric; pass numbers")
-        target = dtype or (torch.float64 if tensor.dtype == torch.float64 else torch.float32)
+        target = dtype or (torch.float32 if tensor.dtype in (torch.float32, torch.float16, torch.bfloat16) else torch.float64)
         if tensor.dtype != target:
             tensor = tensor.to(target)
     if ensure_2d:
