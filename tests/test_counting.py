@@ -290,3 +290,12 @@ def test_choose_representation_follows_measured_costs(monkeypatch):
     assert _ops.choose_representation(10**6, [8] * 10, 2, device="cpu", store_built=True) == "histogram"
     est = _ops.representation_costs(640, [2, 3], 4, costs={"word": 1.0, "entry": 10.0, "pack": 100.0})
     assert est == {"bitmap": 1.0 * 10 * 5 * 4 + 100.0 * 640 * 2, "histogram": 10.0 * 640 * 2}
+
+
+@pytest.mark.parametrize("bad,match", [([[1.7, 0], [0, 1]], "1.7"), ([[np.nan, 0], [0, 1]], "NaN"),
+                                       ([[1 + 1j, 0], [0, 1]], "complex")])
+def test_codes_that_are_not_integers_are_refused_with_the_value_named(bad, match):
+    for cls in STORES:
+        with pytest.raises(ValueError, match=match):
+            cls.from_codes(np.array(bad))
+    assert BitmapStore.from_codes(np.array([[1.0, 0.0], [0.0, 1.0]])).n_rows == 2  # whole floats are codes

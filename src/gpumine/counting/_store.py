@@ -60,6 +60,16 @@ class _BitStore:
         codes = torch.as_tensor(np.asarray(codes) if not isinstance(codes, torch.Tensor) else codes)
         if codes.ndim != 2:
             raise ValueError(f"codes must be 2-D (n_rows, n_cols); got shape {tuple(codes.shape)}")
+        if codes.is_complex():
+            raise ValueError("codes must be integers; got complex values")
+        if codes.is_floating_point():
+            finite = torch.isfinite(codes)
+            if not bool(finite.all()):
+                raise ValueError("codes must be integers; got NaN or infinity (encode missing values as a level of their own)")
+            whole = codes == torch.round(codes)
+            if not bool(whole.all()):
+                value = float(codes[~whole][0])
+                raise ValueError(f"codes must be integers; got {value!r} (round or encode the values first)")
         if codes.is_floating_point() or codes.dtype == torch.bool:
             codes = codes.to(torch.int64)
         dev = resolve_device(device) if device is not None else (codes.device if codes.device.type != "cpu" else resolve_device("cpu"))
