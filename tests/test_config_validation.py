@@ -23,7 +23,7 @@ def test_config_context_restores_settings():
 def test_config_rejects_bad_settings():
     with pytest.raises(ValueError, match="backend must be one of"):
         gpumine.set_config(backend="cuda")
-    with pytest.raises(ValueError, match="working_memory must be a positive number"):
+    with pytest.raises(ValueError, match="working_memory must be a positive, finite number"):
         with gpumine.config_context(working_memory=-1):
             pass
     with pytest.raises(TypeError, match="unknown setting"):

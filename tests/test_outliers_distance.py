@@ -380,7 +380,7 @@ def test_output_kinds_follow_the_input():
         (dict(n_candidates="many"), ValueError, "n_candidates must be 'auto'"),
         (dict(include_self="yes"), TypeError, "include_self must be True or False"),
         (dict(random_state="seed"), TypeError, "random_state must be"),
-        (dict(working_memory=-1), ValueError, "working_memory must be a positive number"),
+        (dict(working_memory=-1), ValueError, "working_memory must be a positive, finite number"),
         (dict(backend="cuda"), ValueError, "backend must be one of"),
     ],
 )

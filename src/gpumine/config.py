@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import math
 import os
 import threading
 from typing import TYPE_CHECKING
@@ -130,9 +131,10 @@ def _check_backend_spec(backend) -> None:
 def _check_working_memory(working_memory) -> None:
     if working_memory is None:
         return
-    if isinstance(working_memory, bool) or not isinstance(working_memory, (int, float)) or not working_memory > 0:
+    if (isinstance(working_memory, bool) or not isinstance(working_memory, (int, float)) or not working_memory > 0
+            or not math.isfinite(working_memory)):
         raise ValueError(
-            f"working_memory must be a positive number of MiB or None; got {working_memory!r}"
+            f"working_memory must be a positive, finite number of MiB or None; got {working_memory!r}"
         )
 
 

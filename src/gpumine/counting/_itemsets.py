@@ -39,6 +39,9 @@ def transactions_to_bitmaps(transactions, device=None):
         return pack_bool(t.to(dev).bool().T), list(range(t.shape[1])), t.shape[0]
     if isinstance(transactions, (str, bytes)):
         raise TypeError("transactions must be baskets (a list of lists of items) or a one-hot table, not a string")
+    if isinstance(transactions, np.ndarray) and transactions.ndim != 2:
+        raise ValueError(f"a one-hot transaction matrix must be 2-D (transactions x items); got shape {transactions.shape}. "
+                         "One transaction of items is [[...]]; a one-hot row is X.reshape(1, -1)")
     baskets = [list(dict.fromkeys(b)) if not isinstance(b, (str, bytes)) else [b] for b in transactions]
     items = sorted({i for b in baskets for i in b}, key=lambda v: (str(type(v)), v))
     index = {v: k for k, v in enumerate(items)}

@@ -145,7 +145,13 @@ class CategoricalNB(ClassifierMixin, BaseEstimator):
             elif X.shape[1] != self.n_features_in_:
                 raise ValueError(f"X has {X.shape[1]} features, but CategoricalNB is expecting {self.n_features_in_} features as input")
         else:
-            arr = validate_data(self, X, dtype="int", accept_sparse=False, ensure_all_finite=True, reset=reset)
+            try:
+                arr = validate_data(self, X, dtype="int", accept_sparse=False, ensure_all_finite=True, reset=reset)
+            except ValueError as exc:
+                if "could not convert" not in str(exc) and "invalid literal" not in str(exc):
+                    raise
+                raise ValueError(f"X holds values that are not integer category codes ({exc}); encode them first, e.g. "
+                                 "with sklearn.preprocessing.OrdinalEncoder or DataFrame.apply(lambda c: c.cat.codes)") from None
             top = int(arr.max()) if arr.size else 0
             small = np.int16 if top < 2**15 else (np.int32 if top < 2**31 else np.int64)
             codes = torch.from_numpy(np.ascontiguousarray(arr.astype(small, copy=False)))
@@ -168,16 +174,26 @@ class CategoricalNB(ClassifierMixin, BaseEstimator):
         -------
         self
         """
-        for a in ("classes_", "class_count_", "category_count_"):
-            if hasattr(self, a):
-                delattr(self, a)
-        return self._partial_fit(X, y, classes=None, sample_weight=sample_weight, reset=True)
+        # a failed fit leaves the previous model as it was (scikit-learn's estimators do)
+        fitted = {name: value for name, value in vars(self).items() if name.endswith("_") and not name.startswith("_")}
+        for name in fitted:
+            delattr(self, name)
+        try:
+            return self._partial_fit(X, y, classes=None, sample_weight=sample_weight, reset=True)
+        except BaseException:
+            for name in [name for name in vars(self) if name.endswith("_") and not name.startswith("_")]:
+                delattr(self, name)
+            self.__dict__.update(fitted)
+            raise
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """Add the counts of a batch (counts are additive). ``classes`` is required on the first call."""
         first = not hasattr(self, "classes_")
         if first and classes is None:
             raise ValueError("classes must be passed on the first call to partial_fit (all the labels that can occur)")
+        if not first and classes is not None and not np.array_equal(np.unique(np.asarray(classes)), self.classes_):
+            raise ValueError(f"classes={np.asarray(classes).tolist()!r} is not the same as on the first call to partial_fit, "
+                             f"was {self.classes_.tolist()!r}; pass the same classes (or none) on later calls")
         return self._partial_fit(X, y, classes=classes, sample_weight=sample_weight, reset=first)
 
     def _partial_fit(self, X, y, classes, sample_weight, reset):
