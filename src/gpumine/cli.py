@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import platform
 import sys
 import time
 
 from ._cli_args import add_device_options
+from ._cli_errors import EXPECTED_ERRORS, explain
 from ._cli_args import label_column as parse_label_column
 
 __all__ = ["main", "build_parser"]
@@ -321,12 +323,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # the reader of our output has gone (``| head``): end quietly, as Unix tools do;
+        # stdout goes to devnull so the interpreter's exit-time flush cannot complain
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except UsageError as exc:
         print(f"gpumine {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except (ValueError, TypeError, OSError) as exc:
-        reason = " ".join(str(exc).split())
-        print(f"gpumine {args.command}: error: {reason}", file=sys.stderr)
+    except EXPECTED_ERRORS as exc:
+        print(f"gpumine {args.command}: error: {explain(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"gpumine {args.command}: interrupted", file=sys.stderr)

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from .._cli_args import add_device_options, positive_int
+from .._cli_errors import EXPECTED_ERRORS, explain
 
 # NumPy and torch are imported where a run needs them, so that --help and usage errors
 # answer without loading them.
@@ -135,8 +136,8 @@ def main(argv=None, prog: str = "gpumine stream") -> int:
     args = build_parser(prog).parse_args(argv)
     try:
         return int(run(args) or 0)
-    except (ValueError, TypeError, OSError) as exc:
-        print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+    except EXPECTED_ERRORS as exc:
+        print(f"{prog}: error: {explain(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
@@ -279,6 +280,14 @@ class _Failed:
         self.exc = exc
 
 
+class _ReaderFailed(Exception):
+    """The input could not be read further (truncated, corrupt); ``exc`` is why."""
+
+    def __init__(self, exc: BaseException):
+        super().__init__(str(exc))
+        self.exc = exc
+
+
 class _ReadAhead:
     """Reads and parses records in a background thread, up to ``max_batches`` batches ahead.
 
@@ -326,6 +335,8 @@ class _ReadAhead:
             if item is self._END:
                 return None
             if isinstance(item, _Failed):
+                if isinstance(item.exc, Exception):
+                    raise _ReaderFailed(item.exc)
                 raise item.exc
             return item
 
@@ -414,6 +425,7 @@ def _run(args, fmt, out_fmt, iter_records) -> int:
     writer = None
     broken_pipe = False
     stopped = False
+    input_error = None
 
     def report(errors):
         nonlocal n_bad, reported
@@ -479,6 +491,9 @@ def _run(args, fmt, out_fmt, iter_records) -> int:
             stopped = True
         except BrokenPipeError:
             broken_pipe = True
+        except _ReaderFailed as failure:
+            # what was read before the input broke off is scored and saved; then the error
+            input_error = failure.exc
         try:
             if stopped:  # what was read before the stop is scored too
                 for batch in reader.drain():
@@ -496,7 +511,8 @@ def _run(args, fmt, out_fmt, iter_records) -> int:
         os.dup2(devnull, sys.stdout.fileno())
     seconds = time.perf_counter() - start
     if not args.quiet:
-        how = "stopped by Ctrl-C" if stopped else ("output closed" if broken_pipe else "end of input")
+        how = ("stopped by Ctrl-C" if stopped else "output closed" if broken_pipe
+               else "input broke off" if input_error is not None else "end of input")
         rate = n_in / seconds if seconds > 0 else float("inf")
         msg = (f"gpumine stream: {n_in} records scored in {n_windows} windows ({how}), {n_flagged} flagged, "
                f"{n_bad} malformed skipped, {seconds:.2f} s ({rate:,.0f} records/s), "
@@ -504,6 +520,8 @@ def _run(args, fmt, out_fmt, iter_records) -> int:
         if args.state is not None:
             msg += f"; state {'resumed from and ' if resumed else ''}saved to {args.state}"
         print(msg, file=sys.stderr, flush=True)
+    if input_error is not None:
+        raise input_error
     return 0
 
 

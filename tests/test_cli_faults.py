@@ -1,0 +1,74 @@
+"""Command-line faults end in one clear line and exit code 2 (or quietly when the output reader leaves)."""
+
+import gzip
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpumine.cli import main
+
+
+@pytest.fixture()
+def files(tmp_path):
+    rng = np.random.default_rng(0)
+    pd.DataFrame(rng.random((300, 3)), columns=["a", "b", "c"]).to_csv(tmp_path / "x.csv", index=False)
+    table = pd.DataFrame({"a": rng.integers(0, 3, 3000), "b": rng.integers(0, 4, 3000), "y": rng.integers(0, 2, 3000)})
+    packed = gzip.compress(table.to_csv(index=False).encode())
+    (tmp_path / "cut.csv.gz").write_bytes(packed[: len(packed) // 2])
+    (tmp_path / "garbage.csv").write_bytes(rng.integers(0, 256, 4000, dtype=np.uint8).tobytes())
+    return tmp_path
+
+
+def _one_clear_line(capsys, expected):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "\n".join(err)
+    assert expected in err[-1], err
+
+
+@pytest.mark.parametrize("argv", [["nb", "--train", "{d}/cut.csv.gz", "--label", "y"],
+                                  ["tree", "--train", "{d}/cut.csv.gz", "--label", "y"],
+                                  ["itemsets", "{d}/cut.csv.gz", "--min-support", "0.5"]])
+def test_a_truncated_gzip_input_is_one_clear_error(files, capsys, argv):
+    assert main([a.format(d=files) for a in argv] + ["--device", "cpu"]) == 2
+    _one_clear_line(capsys, "the input is truncated or corrupt")
+
+
+@pytest.mark.parametrize("command", ["knn", "outliers", "lof"])
+def test_binary_garbage_is_one_clear_error(files, capsys, command):
+    assert main([command, str(files / "garbage.csv"), "--device", "cpu"]) == 2
+    _one_clear_line(capsys, "error:")
+
+
+def test_a_stream_scores_and_saves_what_it_read_before_a_truncated_input(files, capsys):
+    state = files / "state.npz"
+    out = files / "scores.csv"
+    with open(out, "w") as sink:
+        old = sys.stdout
+        sys.stdout = sink
+        try:
+            code = main(["stream", str(files / "cut.csv.gz"), "--state", str(state), "--device", "cpu", "--window", "256"])
+        finally:
+            sys.stdout = old
+    assert code == 2
+    _one_clear_line(capsys, "the input is truncated or corrupt")
+    scored = pd.read_csv(out)
+    assert len(scored) > 0 and state.exists()
+    from gpumine.stream import StreamingLOF
+
+    assert StreamingLOF.load(state).n_seen_ == len(scored)
+
+
+def test_a_closed_output_pipe_ends_quietly(files):
+    # far more output than a pipe buffers, so the writer meets the closed pipe
+    pd.DataFrame(np.random.default_rng(1).random((20000, 3))).to_csv(files / "big.csv", index=False)
+    proc = subprocess.Popen([sys.executable, "-m", "gpumine", "knn", str(files / "big.csv"), "-k", "3", "--device", "cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc.stdout.readline()
+    proc.stdout.close()  # as `| head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "Broken pipe" not in err and "Traceback" not in err
