@@ -72,3 +72,39 @@ def test_a_closed_output_pipe_ends_quietly(files):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0, err
     assert "Broken pipe" not in err and "Traceback" not in err
+
+
+def test_output_through_a_symlink_replaces_its_target_and_keeps_the_link(files, capsys):
+    target = files / "real.csv"
+    target.write_text("old\n")
+    link = files / "link.csv"
+    link.symlink_to(target)
+    assert main(["knn", str(files / "x.csv"), "-k", "2", "--device", "cpu", "-o", str(link)]) == 0
+    assert link.is_symlink() and os.path.realpath(link) == str(target)
+    assert target.read_text().startswith("index_0")
+
+
+def test_output_to_a_device_node_is_written_through():
+    from gpumine.data import atomic_open
+
+    with atomic_open("/dev/null") as fh:
+        fh.write("discarded\n")
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+
+
+@pytest.mark.parametrize("command", [["nb", "--train", "{d}/t.csv", "--test", "{d}/t.csv", "--label", "y"]])
+def test_counting_outputs_get_ordinary_permissions(files, command, capsys):
+    pd.DataFrame({"a": [0, 1, 1, 0] * 5, "y": [0, 1, 1, 0] * 5}).to_csv(files / "t.csv", index=False)
+    out = files / "pred.csv"
+    assert main([a.format(d=files) for a in command] + ["--device", "cpu", "--output", str(out)]) == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    assert oct(out.stat().st_mode & 0o777) == oct(0o666 & ~mask)
+
+
+@pytest.mark.parametrize("command", ["nb", "tree"])
+def test_output_without_test_is_a_usage_error(files, command, capsys):
+    pd.DataFrame({"a": [0, 1, 1, 0] * 5, "y": [0, 1, 1, 0] * 5}).to_csv(files / "t.csv", index=False)
+    assert main([command, "--train", str(files / "t.csv"), "--label", "y", "--device", "cpu",
+                 "--output", str(files / "p.csv")]) == 2
+    _one_clear_line(capsys, "pass --test FILE")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 
 import numpy as np
 import pandas as pd
@@ -23,18 +22,10 @@ class _UsageError(Exception):
 
 
 def _atomic_write_text(path: str, text: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".gpumine-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from ..data import atomic_open  # the one writer: complete files only, ordinary permissions
+
+    with atomic_open(path, "w", newline="") as fh:
+        fh.write(text)
 
 
 def _read_table(path, no_header, sep):
@@ -159,6 +150,8 @@ def _guard(fn):
 
 
 def _load_train_test(args):
+    if getattr(args, "output", None) and not args.test:
+        raise _UsageError("--output writes the predictions for --test; pass --test FILE (or drop --output)")
     train = _read_table(args.train, args.no_header, args.sep)
     Xtr, ytr, col = _split(train, str(args.label))
     test = None

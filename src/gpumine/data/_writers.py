@@ -43,7 +43,9 @@ def atomic_open(path, mode: str = "w", **open_kwargs):
     Yields a file object on a temporary file ``.<name>.<random>.tmp`` in the
     same folder. On normal exit the data are flushed to disk and the file is
     renamed to ``path``; on an exception the temporary file is deleted and
-    ``path`` is untouched.
+    ``path`` is untouched. A symbolic link keeps pointing where it did (its
+    target is replaced); a destination that is not a regular file (a device, a
+    FIFO, ``/dev/stdout``) is written through, as it cannot be renamed over.
 
     Parameters
     ----------
@@ -65,13 +67,20 @@ def atomic_open(path, mode: str = "w", **open_kwargs):
     if mode not in ("w", "wb"):
         raise ValueError(f"mode must be 'w' or 'wb'; got {mode!r}.")
     path = Path(os.fspath(path))
+    if mode == "w":
+        open_kwargs.setdefault("encoding", "utf-8")
+    if path.is_symlink():  # the link stays; its target is replaced
+        path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        # a device, a FIFO or /dev/stdout cannot be renamed over: written through, as a shell would
+        with open(path, mode, **open_kwargs) as fh:
+            yield fh
+        return
     folder = path.parent
     if not folder.is_dir():
         raise FileNotFoundError(
             f"cannot write {path}: folder {folder} does not exist; create it first."
         )
-    if mode == "w":
-        open_kwargs.setdefault("encoding", "utf-8")
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, mode, **open_kwargs) as fh:
