@@ -492,6 +492,9 @@ def _run(args, fmt, out_fmt, iter_records) -> int:
         except BrokenPipeError:
             broken_pipe = True
         except _ReaderFailed as failure:
+            if not (n_in or n_pending or n_bad):  # nothing read (a missing file, say): the error alone
+                reader.stop.set()
+                raise failure.exc from None
             # what was read before the input broke off is scored and saved; then the error
             input_error = failure.exc
         try:
