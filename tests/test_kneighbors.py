@@ -357,3 +357,19 @@ def test_curve_codes_interleave_the_quantised_features_bit_by_bit(d):
     expected = [sum(((row[j] >> b) & 1) << (b * dims + dims - 1 - j) for j in range(dims) for b in range(order.bits)) for row in q]
     assert order.codes(Q).tolist() == expected
     assert torch.equal(order.sorted_codes, torch.sort(order.codes(X)).values)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("on_device", [False, True])
+def test_references_past_two_to_the_31_bytes_search_exactly(on_device):
+    # 70,000,000 x 8 float32 (2.24 GB): the fused kernel's aligned operand passes 2^31 elements,
+    # where 32-bit offsets wrapped and killed the CUDA context
+    skip_if_no_cuda("cuda")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    R = torch.rand((70_000_000, 8), generator=gen, device="cuda")
+    Q = R[-64:] + 1e-3
+    ref = R if on_device else R.cpu()
+    d, i = kneighbors(ref, Q if on_device else Q.cpu(), k=10, device="cuda", backend="auto")
+    exact = torch.cdist(Q.double(), R.double()).topk(10, largest=False)
+    assert torch.equal(i.to("cuda"), exact.indices)
+    torch.testing.assert_close(d.to("cuda").double(), exact.values, rtol=1e-5, atol=1e-6)

@@ -599,3 +599,20 @@ def test_rerank_reference_arguments_are_checked_with_the_fix_named():
             fn(index, 3, Q=Q, R=R.T, metric_name="euclidean")
         with pytest.raises(ValueError, match="float32 references R"):
             fn(index, 3, Q=Q, R=R.double(), metric_name="euclidean")
+
+
+@pytest.mark.parametrize("prepared", [False, True])
+def test_wide_offsets_give_the_same_candidates(prepared, monkeypatch):
+    # the 64-bit offset variant (operands of 2^31 elements or more) forced on small operands
+    from gpumine.core.triton import knn as fused
+
+    X = torch.from_numpy(_data("duplicates", 90 * SCALE, 5, 51)).to(DEVICE)
+    Q = X[: 21 * SCALE]
+    m = get_metric("euclidean")
+    if prepared:
+        centre = m.centre(X)
+        Q, X = m.prepare(Q, centre, "query")["rows"], m.prepare(X, centre, "ref")["rows"]
+    narrow = fused_candidates(Q, X, 8, metric_name="euclidean", prepared=prepared, exclude_self=True, splits=2, **BLOCKS)
+    monkeypatch.setattr(fused, "WIDE_OFFSETS_FROM", 0)
+    wide = fused_candidates(Q, X, 8, metric_name="euclidean", prepared=prepared, exclude_self=True, splits=2, **BLOCKS)
+    assert torch.equal(narrow[0], wide[0]) and torch.equal(narrow[1], wide[1])

@@ -152,11 +152,17 @@ if triton is not None:
         stride_q_row, stride_q_feat, stride_r_row, stride_r_feat, stride_out,
         D: tl.constexpr, TAIL: tl.constexpr, SCORE: tl.constexpr, HAS_BIAS: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
         ROTATE: tl.constexpr, C: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
+        BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, WIDE: tl.constexpr,
     ):
         pid_m = tl.program_id(0)
         split = tl.program_id(1)
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        first = split * refs_per_split
+        if WIDE:
+            # operands of 2^31 elements or more: row x stride offsets in 64 bits (32-bit ones
+            # wrapped around and read outside the tensors)
+            rows = rows.to(tl.int64)
+            first = first.to(tl.int64)
         row_ok = rows < n_query
         slots = tl.arange(0, C)
         lanes = tl.arange(0, BLOCK_N)
@@ -164,7 +170,6 @@ if triton is not None:
         # distinct negative placeholders, so "the worst slot" is always exactly one slot
         best_col = tl.zeros((BLOCK_M, C), tl.int32) - 1 - slots[None, :]
         worst = tl.full((BLOCK_M,), float("inf"), tl.float32)
-        first = split * refs_per_split
         last = tl.minimum(first + refs_per_split, n_ref)
         n_tiles = tl.cdiv(last - first, BLOCK_N)
         # Tiles are visited from the block's own neighbourhood on (FIRST_TILE, when the
@@ -235,7 +240,7 @@ if triton is not None:
                 evict = tl.argmax(tl.where(best == worst[:, None], best_col, -(1 << 30)), 1)
                 put = (slots[None, :] == evict[:, None]) & enters[:, None]
                 best = tl.where(put, low[:, None], best)
-                best_col = tl.where(put, (start + low_lane)[:, None], best_col)
+                best_col = tl.where(put, (start + low_lane).to(tl.int32)[:, None], best_col)
                 worst = tl.max(best, 1)
                 acc = tl.where(lanes[None, :] == low_lane[:, None], float("inf"), acc)
                 improves = tl.max((tl.min(acc, 1) < worst).to(tl.int32), 0)
@@ -258,6 +263,9 @@ def _next_pow2(x: int) -> int:
 # physics kernel (12,000 x 32,768, 65 prepared features) took 1.45 ms with rows 80 floats apart
 # against 1.57 ms at 65 (the previous contiguous copy), and 0.95 vs 1.04 ms with no insertion.
 ROW_ALIGN = 16
+# Operands (after alignment and splitting) of at least this many elements get 64-bit offsets
+# in the kernel (a second compiled variant); below it the 32-bit offsets cannot overflow.
+WIDE_OFFSETS_FROM = 2**31
 
 
 def _aligned_rows(X: torch.Tensor) -> torch.Tensor:
@@ -507,7 +515,7 @@ def fused_candidates(
             *q_strides, *r_strides, scores.stride(0),
             D=d, TAIL=tail, SCORE=score, HAS_BIAS=ref_bias is not None, EXCLUDE_SELF=exclude_self,
             ROTATE=first_tiles is not None, C=C, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-            PRECISION=precision, num_warps=num_warps,
+            PRECISION=precision, WIDE=max(Q.numel(), R.numel(), scores.numel()) >= WIDE_OFFSETS_FROM, num_warps=num_warps,
         )
         if n_splits > 1 and merge_splits:
             scores, index = topk_by_score_then_index(scores, index, C)
