@@ -86,6 +86,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="resume from FILE when it exists, and save the detector there at the end (atomically)")
     p.add_argument("--checkpoint-every", type=_nonnegative_int, default=0, metavar="N",
                    help="also save --state every N windows (default 0: only at the end)")
+    p.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="write the scores to FILE instead of standard output; with --state a resumed run "
+                        "continues it exactly once (records written after the last checkpoint are redone)")
     p.add_argument("--method", choices=["streaming", "sliding"], default=None,
                    help="streaming: StreamingLOF with a binned summary (default); sliding: SlidingWindowLOF")
     p.add_argument("--threshold", default=None, help="mean (default), quantile:Q, or an LOF value such as 1.5")
@@ -111,7 +114,9 @@ _DESCRIPTION = (
     "summary of all earlier data) or sliding-window LOF, as the records arrive. Writes one output "
     "record per input record: line,lof,outlier (plus --echo columns), flushed after every window. "
     "Malformed records are reported on stderr and skipped. Ends at end of input or on Ctrl-C (the "
-    "partial window is scored); --state FILE resumes a saved detector and saves it at the end."
+    "partial window is scored); --state FILE resumes a saved detector and saves it at the end. A resumed "
+    "run on the same input file skips the records already scored; with -o FILE the output is continued "
+    "exactly once, even after kill -9 (see --checkpoint-every)."
 )
 
 
@@ -264,10 +269,12 @@ class _Stop:
         return self
 
     def _handle(self, signum, frame):
-        if self.waiting[0] or self.requested:
-            self.requested = True
-            raise KeyboardInterrupt
+        # only a wait for records is interrupted: a window being scored, written and saved
+        # is finished first, however often Ctrl-C is pressed (else it could be in the state
+        # and not in the output, or the reverse)
         self.requested = True
+        if self.waiting[0]:
+            raise KeyboardInterrupt
 
     def __exit__(self, *exc):
         if self._previous is not None:
@@ -413,10 +420,17 @@ def _run(args, fmt, out_fmt, iter_records) -> int:
     except BaseException:
         reader.stop.set()
         raise
+    from ._resume import OutputSink, ResumePoint
+
     dtype = np.float64 if (detector.dtype_ is not None and str(detector.dtype_) == "torch.float64") or (
         detector.dtype_ is None and args.dtype == "float64") else np.float32
     window = detector.window_size
-    out = sys.stdout
+    resume = ResumePoint(getattr(detector, "stream_progress_", None) if resumed else None, args.input, args.output)
+    if resume.note and not args.quiet:
+        print(f"gpumine stream: {resume.note}", file=sys.stderr, flush=True)
+    sink = OutputSink(args.output, resume.output_bytes)
+    out = sink.stream
+    last_line = resume.skip_through
     start = time.perf_counter()
     n_in = n_bad = n_flagged = n_windows = 0
     reported = 0
@@ -436,8 +450,12 @@ def _run(args, fmt, out_fmt, iter_records) -> int:
                 note = "" if reported < 100 else f" (reporting every 1000th from now; {n_bad} so far)"
                 print(f"gpumine stream: line {line}: {reason}; skipped{note}", file=sys.stderr, flush=True)
 
+    def save_state() -> None:
+        sink.durable()  # the output the state counts is on disk before the state says so
+        detector.save(args.state, progress=resume.progress(last_line, sink))
+
     def score(take: int) -> None:
-        nonlocal n_pending, pending_X, pending_lines, pending_echo, n_flagged, n_windows, n_in, writer
+        nonlocal n_pending, pending_X, pending_lines, pending_echo, n_flagged, n_windows, n_in, writer, last_line
         X = np.concatenate(pending_X) if len(pending_X) > 1 else pending_X[0]
         lines = np.concatenate(pending_lines) if len(pending_lines) > 1 else pending_lines[0]
         echo = pending_echo
@@ -454,15 +472,19 @@ def _run(args, fmt, out_fmt, iter_records) -> int:
         n_flagged += int(flags.sum())
         if writer is None:
             writer = _Writer(out, out_fmt, parser_echo_names[0])
+            writer.header_done = writer.header_done or sink.appending
         writer.write(lines, np.asarray(scores, dtype=np.float64), np.asarray(flags), echo or None)
+        last_line = int(lines[-1])
         if args.state is not None and args.checkpoint_every and n_windows % args.checkpoint_every == 0:
-            detector.save(args.state)
+            save_state()
 
     parser_echo_names = [[]]
 
     def take(batch) -> None:
         nonlocal n_pending
-        report(batch.errors)
+        if resume.skip_through and len(batch.lines) and batch.lines[0] <= resume.skip_through:
+            batch = _records_after(batch, resume.skip_through)
+        report([(line, reason) for line, reason in batch.errors if line > resume.skip_through])
         if batch.idle:
             if n_pending:
                 score(n_pending)
@@ -507,7 +529,8 @@ def _run(args, fmt, out_fmt, iter_records) -> int:
             broken_pipe = True
         reader.stop.set()
         if args.state is not None:
-            detector.save(args.state)
+            save_state()
+        sink.close()
     if broken_pipe:
         # the reader of our output has gone: keep Python's exit-time flush from complaining
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -526,6 +549,15 @@ def _run(args, fmt, out_fmt, iter_records) -> int:
     if input_error is not None:
         raise input_error
     return 0
+
+
+def _records_after(batch, line: int):
+    """``batch`` without its records at or before input line ``line`` (done by an earlier run)."""
+    import dataclasses
+
+    keep = batch.lines > line
+    echo = None if batch.echo is None else [e for e, k in zip(batch.echo, keep.tolist()) if k]
+    return dataclasses.replace(batch, X=batch.X[keep], lines=batch.lines[keep], echo=echo)
 
 
 def _echo_names(args) -> list[str]:

@@ -404,10 +404,13 @@ class _WindowedLOF(abc.ABC):
     def _load_arrays(self, arrays: dict) -> None:
         """Restore what ``_state_arrays`` wrote."""
 
-    def save(self, path) -> Path:
+    def save(self, path, *, progress: dict | None = None) -> Path:
         """Write the detector's state to ``path`` atomically (an ``.npz`` of arrays plus JSON; no pickle).
 
         Restore it with :func:`load_detector` or ``type(self).load(path)``.
+        ``progress``: a JSON-able record of how far a run got into its input and
+        output (``gpumine stream`` resumes exactly once from it); kept in the
+        file and restored as ``stream_progress_``.
         """
         from ..data import atomic_open
 
@@ -425,6 +428,7 @@ class _WindowedLOF(abc.ABC):
             "n_duplicate_points": self.n_duplicate_points_,
             "lrd_ref": self.lrd_ref_,
             "threshold_state": {"n": self._threshold.n, "total": float(self._threshold.total)},
+            "progress": progress,
         }
         arrays = {"meta": np.array(json.dumps(meta))}
         if self._threshold.hist is not None:
@@ -457,6 +461,7 @@ class _WindowedLOF(abc.ABC):
         self.n_windows_ = int(meta["n_windows"])
         self.n_seen_ = int(meta["n_seen"])
         self.n_duplicate_points_ = int(meta.get("n_duplicate_points", 0))
+        self.stream_progress_ = meta.get("progress")
         lrd_ref = meta.get("lrd_ref")
         self._lrd_ref = None if lrd_ref is None else torch.tensor(float(lrd_ref), dtype=torch.float64, device=self.device_)
         self._lrd_ref_finite = False
