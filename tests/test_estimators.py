@@ -120,8 +120,8 @@ def test_output_types_follow_input():
 
 def test_estimator_parameter_errors():
     X = np.zeros((5, 2))
-    with pytest.raises(ValueError, match="algorithm='kd_tree' is not available"):
-        NearestNeighbors(algorithm="kd_tree").fit(X)
+    with pytest.raises(ValueError, match="algorithm must be 'auto', 'ball_tree', 'kd_tree' or 'brute'"):
+        NearestNeighbors(algorithm="cover_tree").fit(X)
     with pytest.raises(ValueError, match="Unknown metric"):
         NearestNeighbors(metric="mahalanobis").fit(X)
     with pytest.raises(ValueError, match="y has 3 labels but X has 5 samples"):
@@ -137,3 +137,18 @@ def test_estimator_parameter_errors():
         if torch.cuda.is_available():
             pytest.skip("a GPU is present")
         NearestNeighbors(device="cuda").fit(X)
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "ball_tree", "kd_tree", "brute"])
+def test_every_scikit_learn_algorithm_value_gives_the_same_neighbours(algorithm):
+    X = np.random.default_rng(0).random((40, 3))
+    d, i = NearestNeighbors(n_neighbors=4, algorithm=algorithm, device="cpu").fit(X).kneighbors()
+    d0, i0 = NearestNeighbors(n_neighbors=4, device="cpu").fit(X).kneighbors()
+    assert np.array_equal(i, i0) and np.array_equal(d, d0)
+
+
+def test_weights_callable_giving_all_zero_weights_is_refused():
+    X = np.array([[0.0], [1.0], [2.0], [3.0]])
+    clf = KNeighborsClassifier(2, weights=lambda d: np.zeros_like(d), device="cpu").fit(X, [0, 1, 0, 1])
+    with pytest.raises(ValueError, match="zero weights"):
+        clf.predict_proba(X)

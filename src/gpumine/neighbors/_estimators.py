@@ -3,9 +3,11 @@
 Parameter names follow scikit-learn's ``NearestNeighbors``,
 ``KNeighborsClassifier`` and ``KNeighborsRegressor`` so they are drop-in
 replacements; ``device``, ``backend``, ``working_memory`` and ``verbose`` are
-added. ``algorithm`` accepts only ``"auto"`` and ``"brute"`` (gpumine is
-always exact brute force); ``leaf_size`` and ``n_jobs`` are accepted and have
-no effect.
+added. ``algorithm`` accepts scikit-learn's values (``"auto"``, ``"ball_tree"``,
+``"kd_tree"``, ``"brute"``) and ``leaf_size`` and ``n_jobs`` are accepted, all
+without effect: gpumine chooses its own exact method (a KD-tree or matrix
+products on the host, tiles or a fused kernel on the GPU), and every choice gives
+the same neighbours.
 """
 
 from __future__ import annotations
@@ -70,10 +72,10 @@ class _KNeighborsBase(BaseEstimator):
 
     # -- fitting -----------------------------------------------------------------
     def _fit(self, X):
-        if self.algorithm not in ("auto", "brute"):
+        if self.algorithm not in ("auto", "ball_tree", "kd_tree", "brute"):
             raise ValueError(
-                f"algorithm={self.algorithm!r} is not available: gpumine is exact brute force on the "
-                "GPU/CPU; use algorithm='auto' or 'brute'"
+                f"algorithm must be 'auto', 'ball_tree', 'kd_tree' or 'brute' (scikit-learn's values; gpumine "
+                f"chooses its own exact method whatever the value); got {self.algorithm!r}"
             )
         p = self.p
         if self.metric_params:
@@ -190,8 +192,9 @@ class NearestNeighbors(_KNeighborsBase):
     ----------
     n_neighbors : int, default=5
         Neighbours returned by :meth:`kneighbors` when not given there.
-    algorithm : {"auto", "brute"}, default="auto"
-        Always exact brute force; other scikit-learn values raise.
+    algorithm : {"auto", "ball_tree", "kd_tree", "brute"}, default="auto"
+        Accepted for compatibility; no effect: gpumine chooses its own exact
+        method (the neighbours are the same whatever it chooses).
     leaf_size : int, default=30
         Accepted for compatibility; no effect.
     metric : str, default="minkowski"
@@ -329,6 +332,9 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
             w = torch.ones(labels.shape, dtype=torch.float64, device=labels.device)
         votes = torch.zeros((labels.shape[0], len(self.classes_)), dtype=torch.float64, device=labels.device)
         votes.scatter_add_(1, labels, w.to(votes.device))
+        if callable(self.weights) and bool((votes.sum(1) == 0).any()):
+            raise ValueError("All neighbors of some sample is getting zero weights. Please modify 'weights' to avoid "
+                             "this case if you are using a user-defined function.")
         return votes, kind
 
     def predict(self, X):
