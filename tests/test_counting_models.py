@@ -295,14 +295,14 @@ def test_itemsets_equal_mlxtend(min_support, max_len):
     mlx = pytest.importorskip("mlxtend.frequent_patterns")
     df = _random_onehot(int(min_support * 100))
     ref = mlx.apriori(df, min_support=min_support, use_colnames=True, max_len=max_len)
-    got = frequent_itemsets(df, min_support, max_len=max_len, device="cpu")
+    got = frequent_itemsets(df, min_support, max_len=max_len, use_colnames=True, device="cpu")
     assert dict(zip(got.itemsets, got.support)) == dict(zip(ref.itemsets, ref.support))
 
 
 def test_rules_equal_mlxtend():
     mlx = pytest.importorskip("mlxtend.frequent_patterns")
     df = _random_onehot(7)
-    fi = frequent_itemsets(df, 0.05, device="cpu")
+    fi = frequent_itemsets(df, 0.05, use_colnames=True, device="cpu")
     ref_fi = mlx.apriori(df, 0.05, use_colnames=True)
     ref = mlx.association_rules(ref_fi, len(df), metric="lift", min_threshold=1.1)
     got = association_rules(fi, metric="lift", min_threshold=1.1)

@@ -134,8 +134,8 @@ def test_frequent_itemsets_equal_mlxtend(onehot, min_support):
     pd = pytest.importorskip("pandas")
     mlxtend = pytest.importorskip("mlxtend.frequent_patterns")
     frame = pd.DataFrame(onehot, columns=[f"i{j}" for j in range(onehot.shape[1])])
-    ours = frequent_itemsets(frame, min_support, device="cpu")
-    theirs = mlxtend.apriori(frame, min_support=min_support, use_colnames=True)
+    ours = frequent_itemsets(frame, min_support, device="cpu")  # both default to column indices
+    theirs = mlxtend.apriori(frame, min_support=min_support)
     as_set = lambda df: {(frozenset(s), round(float(v), 12)) for v, s in zip(df["support"], df["itemsets"])}  # noqa: E731
     assert as_set(ours) == as_set(theirs)
 

@@ -330,7 +330,8 @@ def _run_itemsets(args):
 
     data = _read_transactions(args)
     t = time.perf_counter()
-    fi = frequent_itemsets(data, args.min_support, max_len=args.max_len, device=args.device, backend=args.backend)
+    fi = frequent_itemsets(data, args.min_support, max_len=args.max_len, use_colnames=True, device=args.device,
+                           backend=args.backend)
     dt = time.perf_counter() - t
     print(f"{len(fi)} frequent itemsets at min support {args.min_support} in {dt:.3f} s")
     order = fi.sort_values("support", ascending=False, kind="stable")

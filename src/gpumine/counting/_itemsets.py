@@ -65,7 +65,7 @@ def _check_onehot(vals):
         )
 
 
-def frequent_itemsets(transactions, min_support=0.5, *, max_len=None, use_colnames=True, device="auto",
+def frequent_itemsets(transactions, min_support=0.5, *, max_len=None, use_colnames=None, device="auto",
                       backend="auto", verbose=None) -> pd.DataFrame:
     """All itemsets whose support (fraction of transactions holding them) is at least ``min_support``.
 
@@ -81,8 +81,10 @@ def frequent_itemsets(transactions, min_support=0.5, *, max_len=None, use_colnam
     min_support : float in (0, 1]
     max_len : int, default=None
         Longest itemset to report.
-    use_colnames : bool, default=True
-        Report item labels (column names / basket items); False: column indices.
+    use_colnames : bool, default=None
+        True: report item labels (column names / basket items); False: column
+        indices. None: as mlxtend's ``apriori`` for one-hot tables (column
+        indices), the items themselves for baskets (they have no columns).
     device, backend : see :mod:`gpumine.config`
 
     Returns
@@ -148,6 +150,8 @@ def frequent_itemsets(transactions, min_support=0.5, *, max_len=None, use_colnam
             B = torch.cat(new_B, 0)
             k += 1
             bar.update()
+    if use_colnames is None:
+        use_colnames = not (isinstance(transactions, (pd.DataFrame, np.ndarray, torch.Tensor)))
     sets, sups = [], []
     for its, cs in zip(levels_items, levels_counts):
         for row, c in zip(its.tolist(), cs.tolist()):
