@@ -192,3 +192,13 @@ def test_gpu_estimator_matches_cpu_and_returns_cuda_tensors():
     t = gpu.predict(torch.from_numpy(new).cuda())
     assert t.is_cuda and t.dtype == torch.int64
     np.testing.assert_array_equal(t.cpu().numpy(), cpu.predict(new))
+
+
+@pytest.mark.parametrize("n,contamination", [(201, 0.1), (200, 0.1), (11, 0.1), (10, 0.1), (57, 0.23)])
+def test_contamination_labels_as_many_outliers_as_scikit_learn(n, contamination):
+    from sklearn.neighbors import LocalOutlierFactor as SkLOF
+
+    X = np.random.default_rng(n).standard_normal((n, 2))
+    ours = DistanceOutlierDetector(contamination=contamination, device="cpu").fit(X)
+    theirs = SkLOF(n_neighbors=5, contamination=contamination).fit_predict(X)
+    assert int((ours.labels_ == -1).sum()) == int((theirs == -1).sum())

@@ -64,8 +64,10 @@ class DistanceOutlierDetector(OutlierMixin, BaseEstimator):
     n_neighbors : int, default=5
         k.
     n_outliers : int, optional
-        How many training points are outliers. When None,
-        ``ceil(contamination * n_samples)``.
+        How many training points are outliers. When None, as many as
+        scikit-learn, PyOD and gpumine's LOF label with ``contamination``
+        (the points strictly beyond the interpolated percentile):
+        ``ceil(contamination * (n_samples - 1))``, at least 1.
     contamination : float in (0, 0.5], default=0.1
         Fraction of outliers, used when ``n_outliers`` is None.
     method : {"solving_set", "brute_force"}, default="solving_set"
@@ -189,7 +191,8 @@ class DistanceOutlierDetector(OutlierMixin, BaseEstimator):
             raise ValueError(
                 f"contamination must be a float in (0, 0.5]; got {c!r} (or set n_outliers to an int)"
             )
-        return max(1, min(n_samples, math.ceil(float(c) * n_samples - 1e-9)))
+        # points beyond the interpolated (n_samples - 1) * c position of the sorted scores
+        return max(1, min(n_samples, math.ceil(float(c) * (n_samples - 1) - 1e-9)))
 
     def fit(self, X, y=None):
         """Find the top-n outliers of ``X`` and keep the solving set as the model."""
