@@ -63,6 +63,7 @@ from ._ops import (
 )
 from ._encode import MAX_LEVELS
 from ._store import BitmapStore
+from .._device_state import HostPickleMixin
 
 __all__ = ["C45Classifier", "add_errors"]
 
@@ -558,7 +559,7 @@ def _sorted_unique(known):
     return arr
 
 
-class C45Classifier(ClassifierMixin, BaseEstimator):
+class C45Classifier(HostPickleMixin, ClassifierMixin, BaseEstimator):
     """C4.5 decision tree (Weka J48 rules) grown from batched counts on the GPU.
 
     Parameters

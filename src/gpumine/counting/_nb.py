@@ -17,6 +17,7 @@ from ..config import resolve_backend, resolve_device
 from ._ops import choose_representation, contingency_tables, histogram_backend, histogram_contingency, level_offsets
 from ._bits import pack_codes
 from ._store import BitmapStore, BitSliceStore, _BitStore
+from .._device_state import HostPickleMixin
 
 __all__ = ["CategoricalNB"]
 
@@ -26,7 +27,7 @@ _REPRESENTATIONS = ("auto", "bitmap", "bitslice", "histogram")
 MAX_CATEGORIES = 1 << 20
 
 
-class CategoricalNB(ClassifierMixin, BaseEstimator):
+class CategoricalNB(HostPickleMixin, ClassifierMixin, BaseEstimator):
     """Naive Bayes for categorical features, counted on the GPU with bitmaps, bit-slices or a histogram.
 
     Same model and probabilities as :class:`sklearn.naive_bayes.CategoricalNB`:

@@ -28,6 +28,7 @@ from ..core.distance import check_precision, get_metric
 from ..core.tiles import fits_on_device
 from ._engine import choose_backend, knn_search
 from ._graphs import search_with_graph
+from .._device_state import HostPickleMixin
 
 try:  # keeps feature-name checks identical to scikit-learn's own estimators
     from sklearn.utils.validation import _check_feature_names
@@ -38,7 +39,7 @@ except ImportError:  # pragma: no cover - very old scikit-learn
 __all__ = ["NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor"]
 
 
-class _KNeighborsBase(BaseEstimator):
+class _KNeighborsBase(HostPickleMixin, BaseEstimator):
     """Fitting, validation and neighbour queries shared by the three estimators."""
 
     def __init__(

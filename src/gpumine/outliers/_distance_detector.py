@@ -34,6 +34,7 @@ from ._distance_based import (
     weights_against,
 )
 from ._weights import PairSpace, resolve_metric
+from .._device_state import HostPickleMixin
 
 try:  # keeps feature-name checks identical to scikit-learn's own estimators
     from sklearn.utils.validation import _check_feature_names
@@ -50,7 +51,7 @@ def _row_keys(X: np.ndarray) -> np.ndarray:
     return X.view(np.dtype((np.void, X.dtype.itemsize * X.shape[1]))).ravel()
 
 
-class DistanceOutlierDetector(OutlierMixin, BaseEstimator):
+class DistanceOutlierDetector(HostPickleMixin, OutlierMixin, BaseEstimator):
     """Top-n distance-based outliers (sum of distances to the k nearest neighbours), exact, on GPU or CPU.
 
     ``fit(X)`` finds the ``n_outliers`` points of ``X`` with the largest
