@@ -115,7 +115,7 @@ def test_score_one_and_score_many_change_nothing():
 def test_score_before_any_data_is_neutral():
     det = SlidingWindowLOF(5, 10, device="cpu")
     assert det.score_one([1.0, 2.0]) == 1.0
-    assert det.n_features_in_ == 2  # the first point fixes the feature count
+    assert det.n_features_in_ is None  # scoring changes nothing: the first point learned fixes the features
 
 
 # -- the binned summary ------------------------------------------------------------------------------------
@@ -504,3 +504,18 @@ def test_gpu_streaming_from_cuda_tensors():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert det.score_one(X[0]) > 0
+
+
+def test_scoring_before_learning_fixes_no_features_and_unknown_keys_are_refused():
+    from gpumine.stream import StreamingLOF
+
+    det = StreamingLOF(n_neighbors=2, window_size=4, device="cpu")
+    assert det.score_one({"a": 1.0}) == 1.0  # nothing learned yet
+    assert det.feature_names_ is None and det.n_features_in_ is None
+    for x in ({"a": 0.0, "b": 1.0}, {"a": 1.0, "b": 0.0}, {"a": 2.0, "b": 2.0}, {"a": 0.5, "b": 0.5}):
+        det.learn_one(x)
+    assert det.feature_names_ == ["a", "b"]
+    with pytest.raises(ValueError, match=r"feature\(s\) \['c'\] the detector does not know"):
+        det.score_one({"a": 1.0, "b": 1.0, "c": 5.0})
+    with pytest.raises(ValueError, match="lacks feature 'b'"):
+        det.learn_one({"a": 1.0})

@@ -207,21 +207,28 @@ class _WindowedLOF(abc.ABC):
         return self._buffered
 
     # -- input ---------------------------------------------------------------------------
-    def _as_rows(self, X, name: str = "X") -> torch.Tensor:
+    def _as_rows(self, X, name: str = "X", learning: bool = True) -> torch.Tensor:
+        """Validated rows; the first rows learned fix the features (scoring fixes nothing)."""
         if isinstance(X, dict):
             X = [X]
         if isinstance(X, (list, tuple)) and X and isinstance(X[0], dict):
-            if self.feature_names_ is None:
-                self.feature_names_ = list(X[0].keys())
-            names = self.feature_names_
+            names = self.feature_names_ if self.feature_names_ is not None else list(X[0].keys())
+            known = set(names)
+            for row in X:
+                extra = [key for key in row if key not in known]
+                if extra:
+                    raise ValueError(f"{name}: a record has feature(s) {extra} the detector does not know; every record "
+                                     f"needs exactly the keys {names} (drop the others first)")
             try:
                 X = [[row[key] for key in names] for row in X]
             except KeyError as exc:
-                raise ValueError(f"{name}: a record lacks feature {exc.args[0]!r} seen in the first record; every record needs the keys {names}") from None
+                raise ValueError(f"{name}: a record lacks feature {exc.args[0]!r}; every record needs the keys {names}") from None
+            if learning and self.feature_names_ is None:
+                self.feature_names_ = names
         rows = check_array(X, name=name, allow_empty=True, dtype=self.dtype_)
         if self.n_features_in_ is None:
-            if rows.shape[0] == 0:
-                return rows
+            if rows.shape[0] == 0 or not learning:
+                return rows.to(self.device_)
             self.n_features_in_ = rows.shape[1]
             self.dtype_ = rows.dtype
         elif rows.shape[1] != self.n_features_in_:
@@ -231,15 +238,15 @@ class _WindowedLOF(abc.ABC):
             )
         return rows.to(self.device_)
 
-    def _one(self, x) -> torch.Tensor:
+    def _one(self, x, learning: bool = True) -> torch.Tensor:
         if isinstance(x, dict):
-            return self._as_rows([x], "x")
+            return self._as_rows([x], "x", learning)
         if isinstance(x, torch.Tensor):
-            return self._as_rows(x.reshape(1, -1), "x")
+            return self._as_rows(x.reshape(1, -1), "x", learning)
         arr = np.asarray(x)
         if arr.ndim != 1:
             raise ValueError(f"x must be one point (a 1-D array of features or a dict); got shape {arr.shape}")
-        return self._as_rows(arr.reshape(1, -1), "x")
+        return self._as_rows(arr.reshape(1, -1), "x", learning)
 
     # -- scoring -------------------------------------------------------------------------
     def _knn(self, ref: torch.Tensor, query: torch.Tensor, k: int, exclude_self: bool):
@@ -384,13 +391,13 @@ class _WindowedLOF(abc.ABC):
 
     def score_one(self, x) -> float:
         """LOF of one new point against the buffer and the past; changes nothing (1.0 before any data)."""
-        rows = self._one(x)
+        rows = self._one(x, learning=False)
         return float(self._score_rows(rows)[0])
 
     def score_many(self, X):
         """LOF of new points against the buffer and the past (each scored alone; changes nothing)."""
         kind = output_kind(X)
-        rows = self._as_rows(X)
+        rows = self._as_rows(X, learning=False)
         if rows.shape[0] == 0:
             return to_output(torch.empty(0, dtype=torch.float64), kind)
         return to_output(self._score_rows(rows).to(self.dtype_), kind)
