@@ -28,6 +28,8 @@ from ..core.distance import check_precision, get_metric
 from ..core.tiles import fits_on_device
 from ._engine import choose_backend, knn_search
 from ._graphs import search_with_graph
+from ._neighbor_graphs import csr_to_lists
+from ._radius import radius_search
 from .._device_state import HostPickleMixin
 
 try:  # keeps feature-name checks identical to scikit-learn's own estimators
@@ -93,12 +95,17 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
             raise TypeError("sparse input is not supported by gpumine estimators; convert X with X.toarray()")
         _check_feature_names(self, X, reset=True)
         X_t = check_array(X, name="X")
-        check_precision(self.precision, X_t.dtype)
-        if isinstance(self.n_neighbors, (int, np.integer)) and not isinstance(self.n_neighbors, bool):
-            if self.n_neighbors < 1:
-                raise ValueError(f"n_neighbors must be at least 1; got {self.n_neighbors}")
-        elif self.n_neighbors is not None:
-            raise TypeError(f"n_neighbors must be a positive integer; got {self.n_neighbors!r}")
+        check_precision(getattr(self, "precision", "exact"), X_t.dtype)
+        n_neighbors = getattr(self, "n_neighbors", None)  # radius estimators have none
+        if isinstance(n_neighbors, (int, np.integer)) and not isinstance(n_neighbors, bool):
+            if n_neighbors < 1:
+                raise ValueError(f"n_neighbors must be at least 1; got {n_neighbors}")
+        elif n_neighbors is not None:
+            raise TypeError(f"n_neighbors must be a positive integer; got {n_neighbors!r}")
+        radius = getattr(self, "radius", None)
+        if radius is not None and (isinstance(radius, bool) or not isinstance(radius, (int, float, np.number))
+                                   or not 0 <= float(radius) < float("inf")):
+            raise ValueError(f"radius must be a finite number >= 0; got {radius!r}")
         self._fit_kind = output_kind(X)
         nbytes = X_t.numel() * X_t.element_size()
         self._fit_X = X_t.to(self.device_) if fits_on_device(3 * nbytes, self.device_) else X_t
@@ -169,6 +176,45 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
             return to_output(dist, kind), to_output(index, kind)
         return to_output(index, kind)
 
+    def _radius_query(self, X, radius):
+        """CSR rows ``(indptr, indices, float64 distances)`` of the training points within ``radius``, and the output kind."""
+        check_is_fitted(self, "n_samples_fit_")
+        radius = self.radius if radius is None else radius
+        if X is None:
+            query, kind, exclude_self = self._fit_X, self._fit_kind, True
+        else:
+            if sp.issparse(X):
+                raise TypeError("sparse input is not supported by gpumine estimators; convert X with X.toarray()")
+            _check_feature_names(self, X, reset=False)
+            query = check_array(X, name="X", dtype=self._fit_X.dtype, allow_empty=True)
+            check_n_features(query, self.n_features_in_, type(self).__name__)
+            kind, exclude_self = output_kind(X), False
+        indptr, indices, dist = radius_search(self._fit_X, query, radius, self._metric, exclude_self=exclude_self,
+                                              device=self.device_,
+                                              budget_bytes=working_memory_bytes(self.working_memory, self.device_))
+        return indptr, indices, dist, kind
+
+    def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
+        """Every training point within ``radius`` of each row of ``X`` (``None``: the training set, self excluded).
+
+        Returns object arrays of per-row distances and indices, as scikit-learn;
+        rows are always ordered by (distance, index) (``sort_results`` is accepted
+        for compatibility). A point is within the radius when its float64 exact
+        distance is at most ``radius``.
+        """
+        indptr, indices, dist, _ = self._radius_query(X, radius)
+        dist = dist.astype(np.float32 if self._fit_X.dtype == torch.float32 else np.float64)
+        dist_rows, index_rows = csr_to_lists(indptr, indices, dist)
+        return (dist_rows, index_rows) if return_distance else index_rows
+
+    def radius_neighbors_graph(self, X=None, radius=None, mode="connectivity", sort_results=False):
+        """Sparse (n_queries, n_samples_fit) graph of the training points within ``radius`` (as scikit-learn)."""
+        if mode not in ("connectivity", "distance"):
+            raise ValueError(f"mode must be 'connectivity' or 'distance'; got {mode!r}")
+        indptr, indices, dist, _ = self._radius_query(X, radius)
+        data = np.ones(len(indices)) if mode == "connectivity" else dist
+        return sp.csr_matrix((data, indices, indptr), shape=(len(indptr) - 1, self.n_samples_fit_))
+
     def kneighbors_graph(self, X=None, n_neighbors=None, mode="connectivity"):
         """Sparse (n_queries, n_samples_fit) graph of the k nearest neighbours (as scikit-learn)."""
         if mode not in ("connectivity", "distance"):
@@ -231,6 +277,28 @@ class NearestNeighbors(_KNeighborsBase):
     >>> nn.kneighbors(np.array([[0.9]]))
     (array([[0.1, 0.9]]), array([[1, 0]]))
     """
+
+    def __init__(
+        self,
+        *,
+        n_neighbors=5,
+        radius=1.0,
+        algorithm="auto",
+        leaf_size=30,
+        metric="minkowski",
+        p=2,
+        metric_params=None,
+        n_jobs=None,
+        device="auto",
+        backend="auto",
+        working_memory=None,
+        verbose=None,
+        precision="exact",
+    ):
+        super().__init__(n_neighbors, algorithm=algorithm, leaf_size=leaf_size, metric=metric, p=p,
+                         metric_params=metric_params, n_jobs=n_jobs, device=device, backend=backend,
+                         working_memory=working_memory, verbose=verbose, precision=precision)
+        self.radius = radius
 
     def fit(self, X, y=None):
         """Store the training set on the device. ``y`` is ignored."""

@@ -1,0 +1,118 @@
+"""Exact radius neighbours: every reference within a distance of each query.
+
+A reference is a neighbour of a query when its float64 exact distance (the
+metric's :meth:`~gpumine.core.distance.Metric.exact_scores` of the float64 rows,
+as the kNN engine orders by, turned into a distance in float64) is at most
+``radius``. Rows come back sorted by (distance, index), so every device and
+chunking gives the same lists.
+
+On the host at up to 16 features a KD-tree (SciPy's ``cKDTree``) proposes the
+references within ``radius`` times ``1 + 1e-9`` (its own float64 distances are
+within that of the exact ones) and the exact distances decide. Elsewhere the
+exact distances of every (query, reference) pair are computed in tiles that fit
+``budget_bytes``: brute force, O(queries x references x features).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..core.distance import Metric
+from ..core.tiles import iter_row_chunks
+
+__all__ = ["radius_search", "RADIUS_METRICS"]
+
+RADIUS_METRICS = ("euclidean", "sqeuclidean", "manhattan", "chebyshev", "minkowski", "cosine")
+_TREE_P = {"euclidean": 2.0, "sqeuclidean": 2.0, "manhattan": 1.0, "chebyshev": math.inf}
+_TREE_MAX_FEATURES = 16
+_TREE_SLACK = 1e-9
+
+
+def radius_search(ref: torch.Tensor, query: torch.Tensor, radius: float, metric: Metric, *, exclude_self: bool,
+                  device: torch.device, budget_bytes: int):
+    """``(indptr, indices, distances)`` of every reference within ``radius`` of each query (CSR rows).
+
+    ``exclude_self``: ``query`` is ``ref`` and reference i is not a neighbour of
+    query i (its duplicates are). Distances are float64 (the caller rounds
+    them to the data's dtype); each row is ordered by (distance, index).
+    """
+    if metric.name not in RADIUS_METRICS:
+        raise ValueError(f"radius queries support the metrics {RADIUS_METRICS}; got {metric.name!r}")
+    radius = float(radius)
+    if not radius >= 0 or not math.isfinite(radius):
+        raise ValueError(f"radius must be a finite number >= 0; got {radius!r}")
+    n_query = query.shape[0]
+    if n_query == 0 or ref.shape[0] == 0:
+        return np.zeros(n_query + 1, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    on_host = device.type == "cpu" and ref.device.type == "cpu"
+    if on_host and metric.name in _TREE_P and ref.shape[1] <= _TREE_MAX_FEATURES:
+        rows, cols = _tree_candidates(ref, query, radius, metric)
+        dist = _pair_distances(ref, query, rows, cols, metric, budget_bytes)
+        keep = dist <= radius
+        rows, cols, dist = rows[keep], cols[keep], dist[keep]
+    else:
+        rows, cols, dist = _tiled(ref, query, radius, metric, device, budget_bytes)
+    if exclude_self:
+        own = rows == cols
+        rows, cols, dist = rows[~own], cols[~own], dist[~own]
+    order = np.lexsort((cols, dist, rows))
+    rows, cols, dist = rows[order], cols[order], dist[order]
+    indptr = np.zeros(n_query + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_query), out=indptr[1:])
+    return indptr, cols, dist
+
+
+def _distance64(metric: Metric, scores: torch.Tensor) -> torch.Tensor:
+    return metric.to_distance(scores.to(torch.float64))
+
+
+def _tree_candidates(ref, query, radius, metric):
+    from scipy.spatial import cKDTree
+
+    R = ref.detach().numpy().astype(np.float64, copy=False)
+    Q = R if query is ref else query.detach().numpy().astype(np.float64, copy=False)
+    # the tree compares its own float64 distances: squared euclidean radii become distances
+    reach = math.sqrt(radius) if metric.name == "sqeuclidean" else radius
+    reach = reach * (1 + _TREE_SLACK) + 1e-300
+    found = cKDTree(R).query_ball_point(Q, reach, p=_TREE_P[metric.name], workers=-1)
+    counts = np.fromiter((len(f) for f in found), dtype=np.int64, count=len(found))
+    rows = np.repeat(np.arange(len(found)), counts)
+    cols = np.fromiter((j for f in found for j in f), dtype=np.int64, count=int(counts.sum()))
+    return rows, cols
+
+
+def _pair_distances(ref, query, rows, cols, metric, budget_bytes):
+    out = np.empty(len(rows))
+    d = ref.shape[1]
+    step = max(1, budget_bytes // (8 * 4 * (d + 16)))
+    R64 = ref.to(torch.float64)
+    Q64 = R64 if query is ref else query.to(torch.float64)
+    for s0 in range(0, len(rows), step):
+        r = torch.from_numpy(rows[s0 : s0 + step])
+        c = torch.from_numpy(cols[s0 : s0 + step])
+        scores = metric.exact_scores(Q64[r], R64[c].unsqueeze(1))[:, 0]
+        out[s0 : s0 + step] = _distance64(metric, scores).numpy()
+    return out
+
+
+def _tiled(ref, query, radius, metric, device, budget_bytes):
+    d = ref.shape[1]
+    per_pair = 8 * (d + 20)
+    ref_rows = max(1, min(ref.shape[0], budget_bytes // (per_pair * 64)))
+    query_rows = max(1, budget_bytes // (per_pair * ref_rows))
+    found_rows, found_cols, found_dist = [], [], []
+    for r0, R in iter_row_chunks(ref, ref_rows, device):
+        R64 = R.to(torch.float64)
+        for q0, Q in iter_row_chunks(query, query_rows, device):
+            dist = _distance64(metric, metric.exact_scores(Q.to(torch.float64), R64.unsqueeze(0)))
+            qi, ri = (dist <= radius).nonzero(as_tuple=True)
+            found_rows.append((qi + q0).cpu().numpy())
+            found_cols.append((ri + r0).cpu().numpy())
+            found_dist.append(dist[qi, ri].cpu().numpy())
+    if not found_rows:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    return (np.concatenate(found_rows).astype(np.int64), np.concatenate(found_cols).astype(np.int64),
+            np.concatenate(found_dist))

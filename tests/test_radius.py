@@ -1,0 +1,103 @@
+"""Radius queries, radius estimators and the kNN graph transformer against scikit-learn and a float64 brute force."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import sklearn.neighbors as skn
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from gpumine.neighbors import (KNeighborsTransformer, NearestNeighbors, RadiusNeighborsClassifier,
+                               RadiusNeighborsRegressor, kneighbors_graph, radius_neighbors, radius_neighbors_graph)
+from gpumine.neighbors import _cpu_search
+from knn_oracle import full_distances
+
+RNG = np.random.default_rng(0)
+
+
+def _as_sets(index_rows):
+    return [sorted(row.tolist()) for row in index_rows]
+
+
+@pytest.mark.parametrize("d", [2, 24])  # the KD-tree path and the tiled exact path
+@pytest.mark.parametrize("metric", ["euclidean", "manhattan", "chebyshev", "cosine"])
+@pytest.mark.parametrize("kind", ["random", "integer"])
+def test_radius_neighbors_are_every_point_within_the_radius_in_float64(d, metric, kind):
+    X = RNG.random((200, d)) if kind == "random" else RNG.integers(0, 3, (200, d)).astype(np.float64)
+    Q = X[:15] + (0.01 if kind == "random" else 0.0)
+    D = full_distances(X, Q, metric)
+    r = float(np.quantile(D, 0.05)) if kind == "random" else float(np.unique(D)[1])  # integer: ties at the radius
+    dist, index = radius_neighbors(X, Q, radius=r, metric=metric, device="cpu")
+    for i in range(len(Q)):
+        want = np.flatnonzero(D[i] <= r)
+        want = want[np.lexsort((want, D[i, want]))]
+        np.testing.assert_array_equal(index[i], want)  # ordered by (distance, index)
+        np.testing.assert_allclose(dist[i], D[i, want], rtol=1e-12, atol=1e-12)
+
+
+def test_radius_neighbors_of_the_training_set_exclude_only_the_point_itself():
+    X = np.array([[0.0], [0.0], [1.0], [5.0]])
+    _, index = radius_neighbors(X, radius=1.0, device="cpu")
+    assert _as_sets(index) == [[1, 2], [0, 2], [0, 1], []]
+    ours = NearestNeighbors(radius=1.0, device="cpu").fit(X).radius_neighbors()
+    theirs = skn.NearestNeighbors(radius=1.0).fit(X).radius_neighbors()
+    assert _as_sets(ours[1]) == _as_sets(theirs[1])
+
+
+def test_graph_functions_equal_scikit_learns():
+    X = RNG.random((80, 3))
+    for mode in ("connectivity", "distance"):
+        for include_self in (False, True):
+            a = kneighbors_graph(X, 4, mode=mode, include_self=include_self, device="cpu")
+            b = skn.kneighbors_graph(X, 4, mode=mode, include_self=include_self)
+            assert abs(a - b).max() < 1e-12 and (a != 0).nnz == (b != 0).nnz or mode == "distance"
+            a = radius_neighbors_graph(X, 0.3, mode=mode, include_self=include_self, device="cpu")
+            b = skn.radius_neighbors_graph(X, 0.3, mode=mode, include_self=include_self)
+            assert sp.issparse(a) and abs(a - b).max() < 1e-12
+
+
+@pytest.mark.parametrize("weights", ["uniform", "distance"])
+def test_radius_classifier_and_regressor_equal_scikit_learn(weights):
+    X = RNG.random((150, 3))
+    y = (X[:, 0] + X[:, 1] > 1).astype(int)
+    Q = RNG.random((40, 3))
+    clf = RadiusNeighborsClassifier(radius=0.35, weights=weights, outlier_label="most_frequent", device="cpu").fit(X, y)
+    ref = skn.RadiusNeighborsClassifier(radius=0.35, weights=weights, outlier_label="most_frequent").fit(X, y)
+    np.testing.assert_array_equal(clf.predict(Q), ref.predict(Q))
+    np.testing.assert_allclose(clf.predict_proba(Q), ref.predict_proba(Q), rtol=1e-12)
+    reg = RadiusNeighborsRegressor(radius=0.35, weights=weights, device="cpu").fit(X, X[:, 2])
+    sk_reg = skn.RadiusNeighborsRegressor(radius=0.35, weights=weights).fit(X, X[:, 2])
+    np.testing.assert_allclose(reg.predict(Q), sk_reg.predict(Q), rtol=1e-12)
+
+
+def test_queries_without_neighbours_raise_or_get_the_outlier_label_or_nan():
+    X = np.array([[0.0], [0.1], [5.0]])
+    with pytest.raises(ValueError, match="No neighbors found for test samples \\[0\\]"):
+        RadiusNeighborsClassifier(radius=0.5, device="cpu").fit(X, [0, 0, 1]).predict([[2.5]])
+    assert RadiusNeighborsClassifier(radius=0.5, outlier_label=7, device="cpu").fit(X, [0, 0, 1]).predict([[2.5]]).tolist() == [7]
+    with pytest.warns(UserWarning, match="predicting NaN"):
+        assert np.isnan(RadiusNeighborsRegressor(radius=0.5, device="cpu").fit(X, [1.0, 2.0, 3.0]).predict([[2.5]])[0])
+
+
+def test_the_transformer_gives_scikit_learns_graph():
+    X = RNG.random((60, 4))
+    for mode in ("distance", "connectivity"):
+        a = KNeighborsTransformer(n_neighbors=5, mode=mode, device="cpu").fit_transform(X)
+        b = skn.KNeighborsTransformer(n_neighbors=5, mode=mode).fit_transform(X)
+        assert a.shape == b.shape and a.nnz == b.nnz and abs(a - b).max() < 1e-12
+
+
+def test_the_transformer_feeds_a_precomputed_pipeline():
+    from sklearn.manifold import Isomap
+    from sklearn.pipeline import make_pipeline
+
+    X = RNG.random((100, 3))
+    ours = make_pipeline(KNeighborsTransformer(n_neighbors=8, device="cpu"), Isomap(n_neighbors=8, metric="precomputed"))
+    theirs = make_pipeline(skn.KNeighborsTransformer(n_neighbors=8), Isomap(n_neighbors=8, metric="precomputed"))
+    np.testing.assert_allclose(np.abs(ours.fit_transform(X)), np.abs(theirs.fit_transform(X)), rtol=1e-6, atol=1e-8)
+
+
+@parametrize_with_checks([RadiusNeighborsClassifier(radius=1.0, outlier_label="most_frequent", device="cpu"),
+                          RadiusNeighborsRegressor(device="cpu"),
+                          KNeighborsTransformer(device="cpu"), NearestNeighbors(device="cpu")])
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
