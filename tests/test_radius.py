@@ -101,3 +101,23 @@ def test_the_transformer_feeds_a_precomputed_pipeline():
                           KNeighborsTransformer(device="cpu"), NearestNeighbors(device="cpu")])
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
+
+
+def test_the_knn_command_lists_and_classifies_within_a_radius(tmp_path, capsys):
+    import pandas as pd
+
+    from gpumine.cli import main
+
+    X = RNG.random((120, 2))
+    pd.DataFrame(X, columns=["a", "b"]).to_csv(tmp_path / "x.csv", index=False)
+    assert main(["knn", str(tmp_path / "x.csv"), "--radius", "0.1", "--device", "cpu", "-o", str(tmp_path / "r.csv")]) == 0
+    pairs = pd.read_csv(tmp_path / "r.csv")
+    _, index = radius_neighbors(X, radius=0.1, device="cpu")
+    assert list(pairs.columns) == ["query", "index", "distance"]
+    assert len(pairs) == sum(len(row) for row in index)
+    assert pairs.groupby("query")["index"].apply(list).to_dict() == {i: row.tolist() for i, row in enumerate(index) if len(row)}
+    labelled = pd.DataFrame({"a": X[:, 0], "b": X[:, 1], "y": (X[:, 0] > 0.5).astype(int)})
+    labelled.to_csv(tmp_path / "t.csv", index=False)
+    assert main(["knn", str(tmp_path / "t.csv"), str(tmp_path / "t.csv"), "--label-column", "y", "--radius", "0.2",
+                 "--device", "cpu", "-o", str(tmp_path / "p.csv")]) == 0
+    assert "accuracy=" in capsys.readouterr().err

@@ -44,6 +44,9 @@ def _add_knn(sub) -> None:
     p.add_argument("--label-column", default=None, help="label column of TRAIN (index, negative from the end, or header name)")
     p.add_argument("--task", default="auto", choices=["auto", "classify", "regress", "neighbors"])
     p.add_argument("--weights", default="uniform", choices=["uniform", "distance"])
+    p.add_argument("--radius", type=float, default=None, metavar="R",
+                   help="every neighbour within distance R instead of the k nearest: neighbours come out one "
+                        "(query, index, distance) row per pair; classify/regress vote or average within R")
     p.add_argument("--header", default="infer", choices=["infer", "yes", "no"], help="CSV header row (default: infer)")
     p.add_argument("-o", "--output", default=None, help="write results to .csv, .json or .npy (default: CSV on stdout)")
     p.add_argument("--precision", default="exact", choices=["exact", "tf32", "bf16"],
@@ -101,15 +104,32 @@ def _run_knn(args) -> int:
     if args.tune:
         _tune_knn(args, X_train, X_query)
     start = time.perf_counter()
-    if task == "neighbors":
+    if args.radius is not None and not (args.radius >= 0 and np.isfinite(args.radius)):
+        raise UsageError(f"--radius must be a finite number >= 0; got {args.radius}")
+    if task == "neighbors" and args.radius is not None:
+        model = NearestNeighbors(radius=args.radius, **common).fit(X_train)
+        dist, index = model.radius_neighbors(X_query)
+        counts = [len(row) for row in index]
+        columns = {"query": np.repeat(np.arange(len(index)), counts),
+                   "index": np.concatenate(list(index)) if len(index) else np.zeros(0, np.int64),
+                   "distance": np.concatenate(list(dist)) if len(dist) else np.zeros(0)}
+    elif task == "neighbors":
         model = NearestNeighbors(**common).fit(X_train)
         dist, index = model.kneighbors(X_query)
         columns = {"index": index, "distance": dist}
     else:
         if X_query is None:
             raise UsageError(f"--task {task} needs a QUERY file to predict")
-        cls = KNeighborsClassifier if task == "classify" else KNeighborsRegressor
-        model = cls(weights=args.weights, **common).fit(X_train, y_train)
+        if args.radius is not None:
+            from .neighbors import RadiusNeighborsClassifier, RadiusNeighborsRegressor
+
+            radius_common = {key: value for key, value in common.items() if key not in ("n_neighbors", "precision")}
+            cls = RadiusNeighborsClassifier if task == "classify" else RadiusNeighborsRegressor
+            model = cls(radius=args.radius, weights=args.weights, **radius_common)
+        else:
+            cls = KNeighborsClassifier if task == "classify" else KNeighborsRegressor
+            model = cls(weights=args.weights, **common)
+        model = model.fit(X_train, y_train)
         pred = model.predict(X_query)
         columns = {"prediction": pred}
         if y_query is not None:
@@ -121,7 +141,8 @@ def _run_knn(args) -> int:
         _write_csv_stdout(columns)
     if not args.quiet:
         n = next(iter(columns.values())).shape[0]
-        msg = f"gpumine knn: {n} rows, k={args.k}, metric={model.effective_metric_}, device={model.device_}, {seconds:.3f} s"
+        reach = f"radius={args.radius}" if args.radius is not None else f"k={args.k}"
+        msg = f"gpumine knn: {n} rows, {reach}, metric={model.effective_metric_}, device={model.device_}, {seconds:.3f} s"
         if y_query is not None and task == "classify":
             msg += f", accuracy={np.mean(np.asarray(pred) == np.asarray(y_query)):.4f}"
         if args.output:
