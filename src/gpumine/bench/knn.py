@@ -1,6 +1,6 @@
 """Exact kNN benchmark: the CUKNN paper's experiments, side by side with peers.
 
-Reproduces the experiments of seed 000 (CUKNN, k = 7) and the targets of the
+Reproduces the experiments of CUKNN (Liang et al. 2010, k = 7) and the targets of the
 fused-kernel issue, timing in one run
 
 * ``gpumine-device`` — :func:`gpumine.neighbors.kneighbors` on tensors already on the device;

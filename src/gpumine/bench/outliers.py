@@ -1,4 +1,4 @@
-"""Top-n distance-based outliers benchmark: the experiments of seed 003, side by side with peers.
+"""Top-n distance-based outliers benchmark: Angiulli et al.'s GPU SolvingSet experiments, side by side with peers.
 
 Reproduces the paper's setting (n = 10 outliers, k in {5, 10, 50}) on its data
 sets and times in one run
@@ -347,7 +347,7 @@ class OutlierBench:
         budget = working_memory_bytes(self.args.working_memory, self.device)
         eb = engine_backend(None, self.device, metric, Xt.dtype, k, n)
         # warm-up on the very slice that is timed: the compiled kernel variant can depend on the
-        # query count (a third-session H200 run timed a compilation and estimated ~108 s)
+        # query count (one run timed a compilation and estimated ~108 s)
         def search():
             knn_search(Xt, Xt[:q], k, metric, exclude_self=True, device=self.device, budget_bytes=budget,
                        result_device=self.device, verbose=0, backend=eb)

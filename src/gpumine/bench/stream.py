@@ -1,4 +1,4 @@
-"""Streaming LOF benchmark (seed 001, LOF_GPU): throughput, detection quality, batch LOF vs scikit-learn.
+"""Streaming LOF benchmark (LOF_GPU, Yu 2017): throughput, detection quality, batch LOF vs scikit-learn.
 
 Experiments (``--experiments``, comma-separated):
 

@@ -275,8 +275,8 @@ class Metric:
         (1, c). The per-feature terms are added left to right, one elementwise
         operation each, so the value of a pair is fixed by its own features and
         the kNN engine can gather candidates one feature at a time from a
-        feature-major copy (stacking gathered features into rows took 45 % of a
-        k = 2048 search on an H200). Euclidean, sqeuclidean and manhattan
+        feature-major copy (stacking gathered features into rows was measured at
+        nearly half of a k = 2048 search). Euclidean, sqeuclidean and manhattan
         take any ``d``, in :meth:`exact_scores`' chunked order (left to right
         within each ``EXACT_SUM_CHUNK`` features, then the chunk sums left to
         right; one chunk up to 16 features); cosine and inner product only

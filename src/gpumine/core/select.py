@@ -74,9 +74,9 @@ def _ordered_int32(values: torch.Tensor) -> torch.Tensor:
     return bits ^ ((bits >> 31) & 0x7FFFFFFF)
 
 
-# Rows this short are sorted whole rather than top-k selected: on an H200 (2026-11-21) the 7
-# best of 1M rows x 8 int64 keys took 1.90 ms in torch.topk (a radix select, then a sort of
-# the k) and 0.90 ms by torch.sort; of 32 keys 1.98 against 1.43 ms
+# Rows this short are sorted whole rather than top-k selected: torch.topk (a radix select, then
+# a sort of the k) measured slower than torch.sort on 1M rows of 8 and of 32 int64 keys
+# (BENCHMARKS.md, "Design measurements quoted in the code")
 _SORT_MAX_COLUMNS = 32
 
 

@@ -1,4 +1,4 @@
-"""Bitmap / bit-slice counting engine (seed 002) and the algorithms built on counts.
+"""Bitmap / bit-slice counting engine (De Silva 2019) and the algorithms built on counts.
 
 * Stores: :class:`BitmapStore` (one bit-vector per level), :class:`BitSliceStore`
   (one bit-vector per bit of the code), built from NumPy / pandas / CSV with a

@@ -1,4 +1,4 @@
-"""C4.5 decision trees built from counts (seed 002, sections 3.5.3-3.5.5), with Weka J48's rules.
+"""C4.5 decision trees built from counts (De Silva 2019, sections 3.5.3-3.5.5), with Weka J48's rules.
 
 The tree grows breadth-first. All nodes of one depth are counted together: a
 one-column pass gives every node's class distribution, and one contingency pass
@@ -379,8 +379,9 @@ def _small_int_matrix_codes_cuda(X, device):
     """:func:`_small_int_matrix_codes` computed on a GPU, the same values and codes (host arrays), or ``None``.
 
     The passes over all of ``X`` are memory-bound and the fit's host is slow at them (PokerHand 1M
-    x 10 int64 on an H200 host, 2026-11-22: 71-80 ms in NumPy); on the GPU they take about a
-    millisecond, and the copies (80 MB there, 40 MB of codes back) a few more.
+    x 10 int64 measured at tens of milliseconds in NumPy; BENCHMARKS.md, "Design measurements
+    quoted in the code"); on the GPU they take about a millisecond, and the copies (80 MB there,
+    40 MB of codes back) a few more.
     """
     n, d = X.shape
     if not X.size:
@@ -2352,9 +2353,9 @@ def _stable_sort(key, bound, device=None):
     """``(order, key[order])`` for ``order = np.argsort(key, kind="stable")``, non-negative integers below ``bound``.
 
     Torch sorts 32-bit integer keys stably by radix on all cores (several times faster than NumPy's
-    two passes on a million keys), or on ``device`` where that is a GPU (1M keys on an H200 host,
-    2026-11-22: 6.7 ms on its 16 cores warm, 37 ms in one fit's profile; 1.6 ms on the GPU with the
-    copies; NumPy's radix passes 28.8 ms); the stable order is unique, so every one gives the same.
+    two passes on a million keys), or on ``device`` where that is a GPU (faster still, copies
+    included; BENCHMARKS.md, "Design measurements quoted in the code"); the stable order is
+    unique, so every one gives the same.
     """
     if key.size >= TORCH_SORT_MIN and bound <= 1 << 31:
         keys = torch.from_numpy(key.astype(np.int32, copy=False))

@@ -1,4 +1,4 @@
-"""Categorical Naive Bayes from one contingency pass (seed 002, section 3.5.1)."""
+"""Categorical Naive Bayes from one contingency pass (De Silva 2019, section 3.5.1)."""
 
 from __future__ import annotations
 

@@ -395,7 +395,7 @@ def histogram_contingency(codes: torch.Tensor, n_levels, labels: torch.Tensor, n
 
 
 #: What ``backend="auto"`` runs for the histogram path on a CUDA device. Torch until the Triton
-#: histogram has been timed against ``torch.bincount`` on a GPU (``.devdata/gpu_issue6.py`` does that).
+#: histogram has been timed against ``torch.bincount`` on a GPU (BENCHMARKS.md, counting engine).
 HISTOGRAM_AUTO_BACKEND = "torch"
 
 

@@ -26,9 +26,9 @@ def _to_device_checked(arrays: dict, device: torch.device):
     ``arrays`` maps parameter names to tensors (the same tensor once). Host data
     that fits is copied first and checked on the device: one min/max reduction
     per array tells finiteness (NaN and infinity survive it) and the magnitude
-    the engine's range scaling needs, behind a single host wait. On an H200's
-    host NumPy's isfinite, min and max of the physics search's 12,000 + 32,768
-    rows x 65 took 1.9 ms of a 6.5 ms search. Host data too large to copy is
+    the engine's range scaling needs, behind a single host wait. On the host,
+    NumPy's isfinite, min and max of the physics search's 12,000 + 32,768 rows
+    x 65 took nearly a third of the search. Host data too large to copy is
     checked on the host; the magnitudes are then None (the engine measures them).
     """
     moved, extremes = {}, []
@@ -215,8 +215,8 @@ def tune_knn(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p: f
     operands and records the fastest in ``$GPUMINE_CACHE_DIR/knn_tiles.json``
     (default ``~/.cache/gpumine``). Later searches of those classes, in any
     process, use the recorded shapes; results are identical whatever the shape.
-    Tuning compiles every candidate shape once (about a second each on an
-    H200); untuned classes keep the measured defaults and compile one shape.
+    Tuning compiles every candidate shape once (about a second each);
+    untuned classes keep the measured defaults and compile one shape.
 
     Parameters are those of :func:`kneighbors` (float32 data, a metric with a
     Triton kernel, a CUDA device; a CPU runs the kernel under

@@ -54,7 +54,7 @@ def candidate_count(k: int, n_ref: int, precision: str = "exact") -> int:
 
 
 # queries per fused launch: 1M x 32,768 x 8 ran as four launches of 2^18 with ~100 small
-# torch ops each around them (re-rank, certificate), ~16 ms of a 35 ms search on an H200
+# torch ops each around them (re-rank, certificate), measured at nearly half of the search
 _FUSED_QUERY_ROWS = 1 << 20
 
 
@@ -64,10 +64,10 @@ _FUSED_MARGIN = {"exact": 1, "tf32": 4, "bf16": 8}
 
 # Searches of at most this many (query, reference) pairs keep twice the candidates: a retry
 # round (a host wait and ~100 launches, ~2 ms even for one row) costs more than the wider
-# list. On an H200 (2026-11-21), k = 7 with 16 instead of 8 candidates: physics 12,000 x
-# 32,768 x 65 on the device 3.4 vs 5.5 ms (no row retried vs one); but 1M x 32,768 x 8 30.9
-# vs 29.2 ms and all-kNN of 262,144 x 64 139.6 vs 130.5 ms (no row retried vs 1,718 and
-# 1,849), all-kNN of 262,144 x 8 39.4 vs 41.1 ms (vs 820 retried).
+# list. Measured at k = 7 with 16 instead of 8 candidates: the physics search (12,000 x 32,768
+# x 65, one row retried at 8) took about 40 % less time; of the larger searches 1M x 32,768 x 8
+# and all-kNN of 262,144 x 64 were 6-7 % slower (no row retried against ~1,800), all-kNN of
+# 262,144 x 8 4 % faster (BENCHMARKS.md, "Design measurements quoted in the code").
 _FUSED_WIDE_MAX_PAIRS = 1 << 33
 
 
@@ -107,14 +107,12 @@ def fused_unsupported(metric: Metric, dtype: torch.dtype, k: int, n_ref: int, pr
     return None
 
 
-# Where backend="auto" takes the fused kernel, by measurement on an H200 (BENCHMARKS.md,
-# 2026-11-21): all-kNN of 262,144 uniform points at k = 7, fused vs torch engine, 86 vs 306 ms
-# at d = 8, 109 vs 329 (d = 16), 113 vs 353 (24), 174 vs 377 (32), 186 vs 434 (48), and at
-# d = 64 366 vs 637 ms once |y|^2 became a bias (knn.BIAS_MIN_FEATURES; 854-966 ms before, 65
-# prepared features in several tl.dot steps); 1M x 10 at k = 20: 1.37 vs 4.63 s. With the
-# features past 64 as FMAs (knn.MAX_DOT_TAIL; eighth session): d = 65 177 vs 485 ms, 72 256 vs
-# 497, 80 334 vs 525. Above 80 several steps return, unmeasured. Small searches are launch-
-# and compile-bound.
+# Where backend="auto" takes the fused kernel, by measurement (BENCHMARKS.md, "Design
+# measurements quoted in the code"): on all-kNN of 262,144 uniform points at k = 7 the fused
+# kernel beat the torch engine at every d from 8 to 80 (about 3.5x at d = 8, 1.7x at d = 64
+# once |y|^2 became a bias, knn.BIAS_MIN_FEATURES; 1.6x at d = 80 with the features past 64 as
+# FMAs, knn.MAX_DOT_TAIL), and 3.4x on 1M x 10 at k = 20. Above 80 several tl.dot steps
+# return, unmeasured. Small searches are launch- and compile-bound.
 AUTO_FUSED_METRICS = ("euclidean", "sqeuclidean", "cosine", "inner_product")
 AUTO_FUSED_MAX_FEATURES = 80
 AUTO_FUSED_MIN_PAIRS = 1 << 26
@@ -245,9 +243,9 @@ class _References:
         """``metric.exact_scores`` of query ``Q[i]`` against references ``index[i, j]`` (padding: any value).
 
         Resident references of few features are gathered one feature at a time from
-        a feature-major copy and never assembled into rows: on an H200 (2026-11-21)
-        the row gather (``index_select``) took 12.6 ms and stacking gathered
-        features 8.5 ms per 21M candidates of 8 floats, most of a k = 2048 search.
+        a feature-major copy and never assembled into rows: the row gather
+        (``index_select``) and stacking gathered features were measured at most of
+        a k = 2048 search (21M candidates of 8 floats; BENCHMARKS.md).
         """
         if not (self.resident and self.metric.sums_by_feature(Q.shape[1])):
             return self.metric.exact_scores(Q, self.gather(index))
@@ -633,8 +631,8 @@ class _Retries:
             c_tried = c_retry
             self.n_retried += failed.numel()
             if on_kernel and c_retry <= _FUSED_RETRY_MAX_CANDIDATES:
-                # on the kernel, all rows in one launch: on an H200 the torch selection's
-                # (rows x references) tiles and top-k took ~5 ms of a 25 ms 1M-query search
+                # on the kernel, all rows in one launch: the torch selection's (rows x
+                # references) tiles and top-k took a fifth of a 1M-query search
                 Qf, Qpf = Q[failed], _take_rows(Qp, failed)
                 _, ci, cth_f = _candidates_fused(Qf, Qpf, refs, ids[failed], c_retry, exclude_self, sp.precision)
                 f_scores, f_index, ok = _rerank(Qf, Qpf, cth_f, ci, refs, metric, k, c_retry, n_ref, ids[failed], exclude_self,
@@ -674,12 +672,13 @@ _MAX_RETRY_CANDIDATES = 16384
 # widening rounds before the exact scan (see _Retries.settle)
 MAX_RETRY_ROUNDS = 1
 # How much the first retry on the fused kernel widens the candidate list (later ones: 8x). A
-# retry's cost grows with the list: on an H200 (2026-11-21) 1,718 rows of 1M x 32,768 x 8 took
-# 29.2 ms in all at 2x against 29.8 ms at 8x, 820 rows of all-kNN 262,144 x 8 41.1 vs 45.1 ms.
+# retry's cost grows with the list: 2x measured faster than 8x on the retries of 1M x 32,768 x 8
+# (1,718 rows) and all-kNN 262,144 x 8 (820 rows) (BENCHMARKS.md, "Design measurements quoted
+# in the code").
 FUSED_RETRY_GROWTH = 2
 # Wider retries run on the torch selection: the kernel inserts candidates one at a time, and a
 # list of 256 on tie-heavy rows took minutes under the CPU interpreter (600 integer points);
-# on the H200 a 64-wide retry of 1,718 rows already took 2.8 ms of kernel time
+# on a GPU a 64-wide retry of those 1,718 rows already took about a tenth of the whole search
 _FUSED_RETRY_MAX_CANDIDATES = 64
 
 
@@ -740,8 +739,8 @@ def exact_tiles_apply(metric: Metric, dtype: torch.dtype, k: int, n_ref: int, d:
 
 
 # Smallest k for exact tiles (beyond the fused kernel's budget anyway); a knob for same-run A/B
-# timings against the candidate path: on an H200 (2026-11-21) the threshold selection won from
-# k = 256 on (13.7 vs 14.8 ms at 32,768^2, d = 8) to k = 2048 (17.4 vs 37.3 ms)
+# timings against the candidate path: the threshold selection measured faster from k = 256
+# (slightly, at 32,768^2, d = 8) to k = 2048 (twice as fast) (BENCHMARKS.md)
 EXACT_TILES_MIN_K = 256
 
 
@@ -857,7 +856,7 @@ def _candidates_fused(Q, Qp, refs: _References, query_ids: torch.Tensor, c: int,
 
 # Candidates per query up to which the fused kernel's split lists go to the re-rank unmerged.
 # Splits exist only for small query sets (about four programs per SM), so the extra exact
-# scores number about 4 SMs x block_m x c in all: ~0.27M at c = 8 on an H200, cheaper than
+# scores number about 4 SMs x block_m x c in all: ~0.27M at c = 8 on a 132-SM GPU, cheaper than
 # the merge's launches; at c = 256 they would be ~9M.
 _UNMERGED_MAX_CANDIDATES = 32
 
@@ -877,9 +876,9 @@ def _reached_by_excluded(values: torch.Tensor, c: int) -> torch.Tensor:
 # metrics whose neighbours are near in the raw coordinates, so a curve order of the raw rows helps
 _CURVE_METRICS = ("euclidean", "sqeuclidean", "manhattan")
 # The curve order costs ~60 small launches and two sorts (~1 ms on the host), which pays where
-# the kernel's insertions are a large share (few features) or the search is large. On an H200
-# (2026-11-21): physics 12,000 x 32,768 x 65 on the device 4.2 ms in index order vs 5.5 ms in
-# curve order; all-kNN of 262,144 points 136 vs 141 ms at d = 64, 158 vs 160 ms at d = 65.
+# the kernel's insertions are a large share (few features) or the search is large: with many
+# features it measured slower, by about 30 % on the small physics search (12,000 x 32,768 x 65)
+# and by 1-4 % on all-kNN of 262,144 points at d = 64 and 65 (BENCHMARKS.md).
 # Module values, so benchmarks can compare both orders in one run.
 CURVE_MAX_FEATURES = 16
 CURVE_MIN_QUERIES = 1 << 16
@@ -908,7 +907,7 @@ class _CurveOrder:
         self.bits = max(1, min(10, 62 // len(self.dims)))
         self.lo, self.span = lo[self.dims], (hi - lo)[self.dims].clamp(min=torch.finfo(data.dtype).tiny)
         # each level's bits spread to every len(dims)-th position: a feature's part of a code is
-        # one lookup (no (rows x dims x bits) temporaries: ~1.3 ms of a 1M-query search on an H200)
+        # one lookup (no (rows x dims x bits) temporaries, which cost a measurable share of a 1M-query search)
         dims = len(self.dims)
         levels = torch.arange(1 << self.bits, device=data.device)
         shifts = torch.arange(self.bits, device=data.device)
@@ -943,10 +942,9 @@ def _scores_directly(metric: Metric, d: int) -> bool:
 
 
 # At this many features or fewer the fused kernel scores L2 by direct differences, whose error
-# is relative to the distance itself. The tile form's error grows with |x|^2 + max |y|^2: on an
-# H200 (2026-11-21), all-kNN of 1M 2-d Gaussian points failed that certificate on 65-94 % of
-# the rows (k-th squared distances ~1e-5 against a bound ~4e-5), and the torch retries took
-# 6.6-8.3 s.
+# is relative to the distance itself. The tile form's error grows with |x|^2 + max |y|^2:
+# all-kNN of 1M 2-d Gaussian points failed that certificate on 65-94 % of the rows (k-th
+# squared distances ~1e-5 against a bound ~4e-5), and the torch retries took seconds.
 DIRECT_L2_MAX_FEATURES = 3
 
 
@@ -973,7 +971,7 @@ def _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, query_ids, exclud
                         and cand_index.shape[1] <= RERANK_MAX_WIDTH)
     # the kernel scores L2/L1 candidates itself at any d, in Metric.exact_scores' order: from the
     # feature-major copy at few features, else from the rows (at 65 features the torch gather and
-    # broadcast took 0.3 ms of the physics search on an H200)
+    # broadcast were a measurable share of the physics search; BENCHMARKS.md)
     score_on_kernel = select_on_kernel and refs.resident and metric.name in RERANK_SCORED_METRICS
     references = {"RT": refs._feature_major()} if score_on_kernel and d <= RERANK_MAX_FEATURES else {"R": refs.data}
     for s in range(0, q, sub):

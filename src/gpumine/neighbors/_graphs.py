@@ -1,9 +1,10 @@
 """Small fused searches replayed as CUDA graphs: one launch for the whole first pass.
 
-A search of a few thousand queries is set by launches, not by the GPU: on an H200
-(2026-11-22, ``.devdata/s10_prof.py``) the physics search (12,000 queries x 32,768
-references x 65 features, k = 7) issued ~55 launches around its 1.56 ms kernel, and
-took 4.7 ms from host NumPy to host results, 3.0 ms with the data on the device.
+A search of a few thousand queries is set by launches, not by the GPU: the physics
+search (12,000 queries x 32,768 references x 65 features, k = 7) issued ~55 launches
+around its kernel, which took about half of the search with the data on the device
+and a third from host NumPy to host results (BENCHMARKS.md, "Design measurements
+quoted in the code").
 
 The first pass of a one-block fused search (validation reductions, the references'
 and queries' preparation, the kernel, the exact re-rank and the certificate;
@@ -48,9 +49,9 @@ GRAPH_SEARCHES = True
 GRAPH_MAX_INPUT_BYTES = 1 << 27
 GRAPH_CACHE_SIZE = 4  # shapes kept, least recently used dropped first
 # Host operands reach a graph's input buffers through pinned buffers of their own, filled by
-# torch's multi-threaded copy, then transferred asynchronously: on an H200 host (16 cores,
-# 2026-11-22, .devdata/s11_copy.py) the physics operands (11.6 MB) took 0.45-0.48 ms that
-# way against 0.70-0.74 ms as pageable copies (the driver stages those with one thread).
+# torch's multi-threaded copy, then transferred asynchronously: the physics operands (11.6 MB)
+# took about a third less time that way than as pageable copies (the driver stages those with
+# one thread; BENCHMARKS.md, "Design measurements quoted in the code").
 GRAPH_STAGING = True
 
 _lock = threading.Lock()

@@ -2,10 +2,12 @@
 
 * :func:`top_n_outliers` / :class:`DistanceOutlierDetector` — the n points whose
   summed distance to their k nearest neighbours is largest, exactly, by brute
-  force on the kNN engine or by the SolvingSet algorithm (seed 003), whose
+  force on the kNN engine or by the SolvingSet algorithm (GPU form: Angiulli,
+  Basta, Lodi & Sartori, "Fast Outlier Detection Using a GPU"), whose
   solving set then predicts whether new points are outliers;
 * :class:`LocalOutlierFactor` / :func:`lof_scores` — LOF with scikit-learn's
-  conventions, on the kNN engine, with a deliberate rule for duplicates (seed 001).
+  conventions, on the kNN engine, with a deliberate rule for duplicates (LOF_GPU,
+  Yu 2017).
 """
 
 from .._lazy import lazy_exports

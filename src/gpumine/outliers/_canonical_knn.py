@@ -40,9 +40,9 @@ def search_backend(backend: str, X: torch.Tensor, space: PairSpace, k: int, n_re
 
 #: Candidates the engine's fused kernel keeps beyond a search's count. It keeps a power of two
 #: of candidates above the count; with only one more, masses of tied distances (integer data)
-#: fail its certificate: on an H200 (2026-11-21) brute force on ADBench cover took 557 ms at
-#: k = 5 (search 7, 8 kept, 122,205 rows retried) against 150 ms with 21 of 32 kept, and 1.01 s
-#: at k = 50 (63 of 64) against 354 ms (66 of 128).
+#: fail its certificate: brute force on ADBench cover retried 122,205 rows at k = 5 with 8 kept
+#: for a search of 7, and ran 3-4x slower than with this slack, at k = 5 and at k = 50
+#: (BENCHMARKS.md, "Design measurements quoted in the code").
 KERNEL_SLACK = 8
 
 

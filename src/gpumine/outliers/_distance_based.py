@@ -1,4 +1,4 @@
-"""Top-n distance-based outliers (seed 003): brute force on the kNN engine, and SolvingSet.
+"""Top-n distance-based outliers (Angiulli et al., GPU SolvingSet): brute force on the kNN engine, and SolvingSet.
 
 The weight of a point p is the sum of the distances from p to its k nearest
 neighbours (Angiulli & Pizzuti); the top-n outliers are the n points of largest
@@ -223,11 +223,10 @@ def top_n_from_weights(weights: torch.Tensor, n_outliers: int):
 #: :mod:`~gpumine.outliers._solving_set_engine`) from this many features on, or at any dimension
 #: up to :data:`SOLVING_SET_ENGINE_MAX_K` neighbours; otherwise (and where ``None``) by float64 tiles
 #: merged pair by pair with pruning (:mod:`~gpumine.outliers._solving_set`). The same top-n and
-#: weights either way. On an H200 (2026-11-21, best m of each form, ms): ADBench cover (d = 10)
-#: engine 91 / 240 vs tiles 172 / 253 at k = 5 / 50; Poker 1M k = 5 2.45 vs 2.66 s; G2d 1M
-#: 92 / 322 vs 137 / 233; G3d 500K 44 / 224 vs 74 / 169. In two or three dimensions a few
-#: candidates prune nearly every point, and at large k the tile form's float64 merges cost less
-#: than the kernel's k-selection.
+#: weights either way. Measured (BENCHMARKS.md, "Design measurements quoted in the code"): the
+#: engine form won at k = 5 on every set (cover, Poker, G2d, G3d) and at k = 50 on cover (d = 10);
+#: the tiles won at k = 50 in two or three dimensions, where a few candidates prune nearly every
+#: point and the tile form's float64 merges cost less than the kernel's k-selection.
 SOLVING_SET_ENGINE_MIN_FEATURES = {"cuda": 4, "cpu": None}
 SOLVING_SET_ENGINE_MAX_K = 16
 

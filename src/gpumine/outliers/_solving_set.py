@@ -33,7 +33,7 @@ sized from the working-memory budget.
 How many distances it computes depends on how far the n-th weight w* stands above the bulk of
 the weights: a point is dropped only once the solving set holds k points whose distances to it
 sum below w*. On G2d, G3d and Covertype (ADBench sample) the fraction of pairs is within about
-1.5x of the paper's (m = 256 on an H200: 0.13-0.16 %, 0.27-0.80 %, 6.1-9.9 %).
+1.5x of the paper's (m = 256: 0.13-0.16 %, 0.27-0.80 %, 6.1-9.9 %).
 On uniformly random Poker hands (about 8 effective dimensions; w* only 1.28x the median weight, 99 %
 of weights above 0.69 w*) it cannot: a random 20 % of the points still leaves a third of the
 others active, and the fraction is 15 %-45 % whatever the candidate batch size (m = 32 to 1024
@@ -92,25 +92,24 @@ def auto_candidates(device: torch.device, n: int, d: int | None = None, form: st
     CPU           other  1024
     ============  =====  ===================================================
 
-    From the H200 sweep in ``BENCHMARKS.md`` (``benchmarks/outliers.py
-    --sweep-candidates 256,1024,4096``; k = 5 / 10 / 50; milliseconds, with the
-    fraction of pairs): G2d 1M x 2 at m = 256 / 1024 / 4096: 87-130 / 137-187 /
-    302-401 ms (0.13-0.16 % / 0.41 % / 1.5 %); G3d 500K x 3: 59-156 / 82-110 /
-    161-226 ms (256 best at k = 5 and 10, 1024 at k = 50); Covertype (ADBench,
-    286K x 10): 215-512 / 174-376 / 128-249 ms at the same fraction (6-14 %);
-    Poker 1M x 10: 3.6-10.1 / 2.3-7.4 / 1.8-6.4 s. In low dimension a few
-    candidates prune almost everything and larger batches only add pairs; in ten
-    dimensions the fraction hardly depends on m, and fewer, larger iterations
-    (fewer passes over all n points, fewer host synchronisations, wider tiles)
-    win. On the CPU, 256 measured best on 2-d Gaussian data and 1024 on
+    From the candidate-batch sweep in ``BENCHMARKS.md`` (``benchmarks/outliers.py
+    --sweep-candidates 256,1024,4096``; k = 5 / 10 / 50; timings in "Design
+    measurements quoted in the code"): on G2d 1M x 2, m = 256 was fastest (fraction
+    of pairs 0.13-0.16 % / 0.41 % / 1.5 % at m = 256 / 1024 / 4096); on G3d 500K x 3,
+    256 at k = 5 and 10, 1024 at k = 50; on Covertype (ADBench, 286K x 10) and
+    Poker 1M x 10, 4096, at the same fraction of pairs on Covertype (6-14 %). In
+    low dimension a few candidates prune almost everything and larger batches
+    only add pairs; in ten dimensions the fraction hardly depends on m, and
+    fewer, larger iterations (fewer passes over all n points, fewer host
+    synchronisations, wider tiles) win. On the CPU, 256 measured best on 2-d Gaussian data and 1024 on
     Covertype. ``n_candidates`` overrides it. ``form="engine"`` (SolvingSet on engine searches,
     GPU only) takes 16384 from four features on and 4096 below.
     """
     if form == "engine":
-        # measured for the engine form (``_solving_set_engine``) on an H200, 2026-11-21, m = 1024 /
-        # 4096 / 16384: ADBench cover k = 5 272 / 141 / 91 ms, k = 50 1207 / 500 / 240 ms; G2d 1M
-        # k = 5 101 / 92 / 161 ms; G3d 500K k = 5 45 / 44 / 78 ms: one candidate costs a row
-        # of a kernel launch, an iteration a pass over the active points and several host syncs
+        # measured for the engine form (``_solving_set_engine``), m = 1024 / 4096 / 16384: 16384
+        # fastest on ADBench cover (k = 5 and 50), 4096 on G2d 1M and G3d 500K (BENCHMARKS.md,
+        # "Design measurements quoted in the code"): one candidate costs a row of a kernel
+        # launch, an iteration a pass over the active points and several host syncs
         m = 16384 if d is None or d >= 4 else 4096
     elif d is None:
         m = 1024 if device.type == "cuda" else 256

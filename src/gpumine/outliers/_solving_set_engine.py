@@ -89,9 +89,9 @@ def solving_set_on_engine(
             st.start_iteration(cand)
             mc = cand.numel()
             # 1. with a cutoff: candidates among themselves, so that those whose bound falls below
-            # it skip the search against every point (their weights cannot enter Top). On an H200
-            # (2026-11-21) cover k = 50: 164 -> 149 ms (872 of the second 16,384 candidates stayed
-            # live), k = 5: 69 -> 53 ms; G2d/G3d/Poker k = 5 the same or 3-10 % faster
+            # it skip the search against every point (their weights cannot enter Top). Measured
+            # faster on ADBench cover (most of a batch falls below the cutoff), never slower on
+            # G2d/G3d/Poker (BENCHMARKS.md, "Design measurements quoted in the code")
             live = cand
             if math.isfinite(st.cutoff) and mc > 1:
                 kc = min(k, mc - 1)

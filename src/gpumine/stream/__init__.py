@@ -2,7 +2,7 @@
 
 * :class:`StreamingLOF` — each window is scored with the virtual points of a
   binned summary of all earlier data, which fades where the stream has left
-  (seed 001, with its errata fixed);
+  (LOF_GPU, Yu 2017, with its errata fixed);
 * :class:`SlidingWindowLOF` — the baseline: each window is scored with the
   last ``history_size`` raw points;
 * :func:`load_detector` — restore either from a state file (``save``);

@@ -1,4 +1,4 @@
-"""The binned statistical summary of LOF_GPU (seed 001, §3.2 and §3.4), as tensor operations.
+"""The binned statistical summary of LOF_GPU (Yu 2017, §3.2 and §3.4), as tensor operations.
 
 Every dimension is normalised by its running minimum and maximum into [0, 1]
 and cut into ``bins_per_dim`` equal intervals, so dimension j has its own

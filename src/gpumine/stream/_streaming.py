@@ -3,7 +3,7 @@
 Both detectors score a stream window by window. A window's points are scored
 together with a *reference set* standing for the past:
 
-* :class:`StreamingLOF` (seed 001) — the virtual points of a binned summary
+* :class:`StreamingLOF` (LOF_GPU, Yu 2017) — the virtual points of a binned summary
   of everything seen (:class:`~gpumine.stream._binning.BinnedSummary`), with
   decay of bins the stream has left;
 * :class:`SlidingWindowLOF` — the last ``history_size`` raw points (the
@@ -626,7 +626,7 @@ class StreamingLOF(_WindowedLOF):
 class SlidingWindowLOF(_WindowedLOF):
     """Sliding-window LOF: each window is scored together with the last ``history_size`` raw points.
 
-    The baseline of seed 001: no summary, the past is forgotten once it
+    The baseline of LOF_GPU (Yu 2017): no summary, the past is forgotten once it
     leaves the history. With ``history_size=0`` each window is scored alone
     (batch LOF per window). Memory: ``window_size + history_size`` points, so
     ``SlidingWindowLOF(w, history_size=m)`` and ``StreamingLOF(w, max_bins=m)``

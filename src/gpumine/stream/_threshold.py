@@ -4,7 +4,7 @@ Specs (``threshold=``):
 
 ``"mean"``
     Flag LOF > the running mean of every LOF seen so far, the current window
-    included (seed 001, §3.1: outliers are rare, so the mean LOF is a
+    included (LOF_GPU, Yu 2017, §3.1: outliers are rare, so the mean LOF is a
     threshold that needs no parameter). It flags a large share of points
     (often 30-40 %): it is a coarse filter, kept for fidelity to the seed.
 ``"quantile:Q"`` or ``("quantile", Q)``, 0 < Q < 1

@@ -64,17 +64,17 @@ MAX_FUSED_CANDIDATES = 256  # per-query lists live in registers; larger k runs o
 DOT_PRECISION = "tf32x3"
 # tf32x3 as ONE tf32 product of pre-split operands [q_hi, q_hi, q_lo] . [r_hi, r_lo, r_hi] when
 # the three copies (and a bias's two halves) fit this width and fewer columns than Triton's three
-# in-kernel products (split_form_width). On an H200 (2026-11-21), all-kNN of 262,144 points:
-# d = 8 42 vs 61 ms (kernel only); d = 16 61 vs 88 ms and d = 20 61 vs 90 ms (searches, 64
-# columns vs three 32-wide products); d = 10 in 64 columns instead of 32 lost (58 vs 44 ms)
+# in-kernel products (split_form_width). Measured on all-kNN of 262,144 points: about 30 % less
+# time at d = 8, 16 and 20 (64 columns vs three 32-wide products), but slower at d = 10 in 64
+# columns instead of 32 (BENCHMARKS.md, "Design measurements quoted in the code")
 SPLIT_MAX_WIDTH = 64
 # From this many features a reference bias (L2's |y|^2) starts the accumulator rather than
 # riding as one more feature; below it (and outside the split form) it is appended as a
-# feature, as measured faster in the fourth session (bias after the dot: +17 to +100 ms)
+# feature, as measured faster (adding the bias after the dot cost more; BENCHMARKS.md)
 BIAS_MIN_FEATURES = 64
 # Dot scoring of up to ONE_STEP_WIDTH + MAX_DOT_TAIL features: one tl.dot step of
 # ONE_STEP_WIDTH, the rest as FMAs (d = 65, L2 at 65 raw features, was five 16-wide
-# steps: 0.79 s for all-kNN of 262,144 points on an H200 against 0.15 s at d = 64)
+# steps: about five times the time of all-kNN at d = 64)
 ONE_STEP_WIDTH = 64
 MAX_DOT_TAIL = 16
 
@@ -188,7 +188,7 @@ if triton is not None:
             self_hi = tl.max(self_col, 0)
         # One feature step: the query block is loaded once and the next reference tile is
         # requested before this tile's selection, so its latency hides behind that work
-        # (on an H200, all-kNN 262,144 x 8: 77 -> 61 ms with the edge-only masking below)
+        # (with the edge-only masking below, a fifth less time on all-kNN of 262,144 x 8; BENCHMARKS.md)
         # (the last TAIL features, past one step's width, are added by FMAs on FP32 cores)
         ONE_STEP: tl.constexpr = SCORE == 2 and D - TAIL <= BLOCK_K
         feats = tl.arange(0, BLOCK_K)
@@ -259,9 +259,9 @@ def _next_pow2(x: int) -> int:
 
 
 # Row strides of dot-scored operands are rounded up to this many float32 (64 bytes): Triton then
-# knows every row starts aligned and loads a tile's rows as vectors. On an H200 (2026-11-22) the
-# physics kernel (12,000 x 32,768, 65 prepared features) took 1.45 ms with rows 80 floats apart
-# against 1.57 ms at 65 (the previous contiguous copy), and 0.95 vs 1.04 ms with no insertion.
+# knows every row starts aligned and loads a tile's rows as vectors. The physics kernel (12,000 x
+# 32,768, 65 prepared features) measured 8-9 % faster with rows 80 floats apart than with the
+# previous contiguous copy (BENCHMARKS.md, "Design measurements quoted in the code").
 ROW_ALIGN = 16
 # Operands (after alignment and splitting) of at least this many elements get 64-bit offsets
 # in the kernel (a second compiled variant); below it the 32-bit offsets cannot overflow.
@@ -288,16 +288,16 @@ def _score_kind(metric_name: str, prepared: bool, d: int) -> int:
 
 
 def default_blocks(d: int, C: int, score: int) -> tuple[int, int, int]:
-    """(block_m, block_n, num_warps) for a shape class: measured on an H200 (BENCHMARKS.md).
+    """(block_m, block_n, num_warps) for a shape class, as measured (timings in BENCHMARKS.md,
+    "Design measurements quoted in the code").
 
-    Dot scoring at 64 features (seventh session, C = 8): 64 x 128 took 130 ms,
-    128 x 64 136 ms, 64 x 64 161 ms, 64 x 32 182 ms. Below 64 features, 64 x 64
-    with 4 warps was fastest of eight shapes for all-kNN of
-    262,144 x 8 at C = 8 (76 ms; 32 x 32: 171 ms, 64 x 128 x 8 warps: 182 ms), and
-    ran k = 20 (C = 32) at 1M x 10 in 1.37 s. At C = 64 (k = 50, 286,048 x 10) 32 x 64
-    took 248 ms on uniform data and 64 x 64 227 ms on ADBench cover: not compared on
-    the same data, so the smaller register footprint is kept. Direct scoring: 32 x 32 tiles were fastest at d = 8 (0.14 s;
-    64 x 64 took 0.43 s and 128 x 128 3.8 s, likely register spills).
+    Dot scoring at 64 features (C = 8): 64 x 128 was fastest, ahead of 128 x 64,
+    64 x 64 and 64 x 32. Below 64 features, 64 x 64 with 4 warps was fastest of
+    eight shapes for all-kNN of 262,144 x 8 at C = 8 (32 x 32 and 64 x 128 x 8 warps
+    took more than twice as long). At C = 64 (k = 50, 286,048 x 10) 32 x 64 and
+    64 x 64 were not compared on the same data, so the smaller register footprint
+    is kept. Direct scoring: 32 x 32 tiles were fastest at d = 8 (64 x 64 took three
+    times as long and 128 x 128 over twenty times, likely register spills).
     """
     if score == _SCORE_DOT:
         if d >= BIAS_MIN_FEATURES and C <= 32:
@@ -309,13 +309,13 @@ def default_blocks(d: int, C: int, score: int) -> tuple[int, int, int]:
 def default_block_k(d: int) -> int:
     """Features per ``tl.dot`` step for ``d`` prepared features.
 
-    All features in one step up to 64 (at least 16, tl.dot's smallest): on an H200
-    (2026-11-21, all-kNN 262,144 points, kernel only) 17 and 25 prepared features
-    took 97 ms in one 32-wide step against 386-392 ms in two 16-wide ones, and 33
-    took 150 ms in one 64-wide step against 531 ms (16) and 1.13 s (32). Above 64,
-    16-wide steps were the least slow (65 features: 0.79 s against 1.5-2.5 s); up
-    to ``ONE_STEP_WIDTH + MAX_DOT_TAIL`` features the launcher runs one 64-wide step
-    and the rest as FMAs instead (65: 177 ms).
+    All features in one step up to 64 (at least 16, tl.dot's smallest): on all-kNN of
+    262,144 points (kernel only), 17 and 25 prepared features took a quarter of the
+    time in one 32-wide step as in two 16-wide ones, and 33 under a third in one
+    64-wide step as in 16- or 32-wide steps. Above 64, 16-wide steps were the least
+    slow; up to ``ONE_STEP_WIDTH + MAX_DOT_TAIL`` features the launcher runs one
+    64-wide step and the rest as FMAs instead (at 65 features over four times faster
+    than 16-wide steps). Timings in BENCHMARKS.md, "Design measurements quoted in the code".
     """
     if d > 64:
         return 16

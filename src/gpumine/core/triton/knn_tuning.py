@@ -1,7 +1,7 @@
 """Measured tile shapes for the fused kNN kernel, one per shape class, cached on disk.
 
 By default the kernel runs the shapes of :func:`gpumine.core.triton.knn.default_blocks`
-(measured on an H200, BENCHMARKS.md). Inside :func:`tuning` every launch of a shape
+(measured on one GPU model, BENCHMARKS.md). Inside :func:`tuning` every launch of a shape
 class not yet in the cache times a few candidate shapes on its real operands and
 records the fastest; later launches of that class, in this process or any later
 one on the same GPU and Triton version, use it. Tuning compiles each candidate

@@ -53,8 +53,8 @@ RERANK_MAX_FEATURES = SEQUENTIAL_MAX_FEATURES
 RERANK_ROW_MAJOR_MAX_FEATURES = None
 # Candidates per program when scoring from row-major references (a module value for A/B timings).
 # Every candidate's row is a separate cache line; a program's lines must stay in L1 across its
-# features. H200 (2026-11-22, .devdata/s10_lanes.py), 12,000 rows x 32 candidates from 32,768
-# references: d = 65 0.219 ms at 2,048 lanes, 0.119 at 512, 0.078 at 128; d = 17 0.079 vs 0.058.
+# features: with 12,000 rows x 32 candidates from 32,768 references, 128 lanes measured fastest
+# of 2,048 / 512 / 128 at 65 features and at 17 (BENCHMARKS.md, "Design measurements quoted in the code").
 ROW_MAJOR_LANES = 128
 
 _GIVEN, _L2, _L1 = 0, 1, 2

@@ -1,0 +1,87 @@
+"""The architecture's layers, checked on every import statement of the package (function-level ones too).
+
+core (algorithm-free primitives and kernels) <- neighbors <- outliers <- stream; counting stands
+alone beside them; data (readers, writers, datasets) knows no kernels and no algorithm; the command
+line modules sit on top and no library module imports them.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+PACKAGE = SRC / "gpumine"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path: Path):
+    """Absolute names of every module imported by ``path`` (relative imports resolved)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield target
+            for alias in node.names:  # `from . import x` may import submodule x
+                yield f"{target}.{alias.name}"
+
+
+def _is_cli(module: str) -> bool:
+    last = module.rsplit(".", 1)[-1]
+    return module in ("gpumine.cli", "gpumine.__main__") or last in ("_cli", "_cli_args", "_cli_errors") or \
+        last.endswith("_cli") or module.endswith(".__main__")
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+EDGES = {name: {imp for imp in _imports(path) if imp.startswith("gpumine")} for name, path in MODULES.items()}
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+# (who, must not import, why)
+CONTRACTS = [
+    ("gpumine.core", ["gpumine.neighbors", "gpumine.outliers", "gpumine.stream", "gpumine.counting", "gpumine.data",
+                      "gpumine.bench"], "core holds algorithm-free primitives"),
+    ("gpumine.counting", ["gpumine.neighbors", "gpumine.outliers", "gpumine.stream"], "counting does not use kNN"),
+    ("gpumine.neighbors", ["gpumine.outliers", "gpumine.stream", "gpumine.counting", "gpumine.bench"],
+     "the kNN engine knows no algorithm built on it"),
+    ("gpumine.outliers", ["gpumine.stream", "gpumine.counting", "gpumine.bench"], "outliers sit below streams"),
+    ("gpumine.data", ["gpumine.core.triton", "gpumine.counting", "gpumine.neighbors", "gpumine.outliers",
+                      "gpumine.stream"], "io knows no kernels and no algorithm"),
+]
+
+
+@pytest.mark.parametrize("who,forbidden,why", CONTRACTS, ids=[c[0] for c in CONTRACTS])
+def test_layers(who, forbidden, why):
+    broken = sorted(f"{module} imports {imp}" for module, imports in EDGES.items() if _within(module, who)
+                    and not _is_cli(module) for imp in imports if any(_within(imp, f) for f in forbidden))
+    assert not broken, f"{why}: " + "; ".join(broken)
+
+
+def test_the_library_never_imports_the_command_line():
+    broken = sorted(f"{module} imports {imp}" for module, imports in EDGES.items() if not _is_cli(module)
+                    for imp in imports if _is_cli(imp) and imp in MODULES)
+    assert not broken, "; ".join(broken)
+
+
+def test_the_contract_checker_sees_violations():
+    # the checker itself can fail: a made-up edge is caught
+    assert any(_within(i, "gpumine.core") for i in EDGES["gpumine.neighbors._engine"])
+    assert _is_cli("gpumine.stream._cli") and not _is_cli("gpumine.stream._streaming")
