@@ -29,8 +29,8 @@ def _one_clear_line(capsys, expected):
     assert expected in err[-1], err
 
 
-@pytest.mark.parametrize("argv", [["nb", "--train", "{d}/cut.csv.gz", "--label", "y"],
-                                  ["tree", "--train", "{d}/cut.csv.gz", "--label", "y"],
+@pytest.mark.parametrize("argv", [["nb", "--train", "{d}/cut.csv.gz", "--label-column", "y"],
+                                  ["tree", "--train", "{d}/cut.csv.gz", "--label-column", "y"],
                                   ["itemsets", "{d}/cut.csv.gz", "--min-support", "0.5"]])
 def test_a_truncated_gzip_input_is_one_clear_error(files, capsys, argv):
     assert main([a.format(d=files) for a in argv] + ["--device", "cpu"]) == 2
@@ -92,7 +92,7 @@ def test_output_to_a_device_node_is_written_through():
     assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
 
 
-@pytest.mark.parametrize("command", [["nb", "--train", "{d}/t.csv", "--test", "{d}/t.csv", "--label", "y"]])
+@pytest.mark.parametrize("command", [["nb", "--train", "{d}/t.csv", "--test", "{d}/t.csv", "--label-column", "y"]])
 def test_counting_outputs_get_ordinary_permissions(files, command, capsys):
     pd.DataFrame({"a": [0, 1, 1, 0] * 5, "y": [0, 1, 1, 0] * 5}).to_csv(files / "t.csv", index=False)
     out = files / "pred.csv"
@@ -105,6 +105,40 @@ def test_counting_outputs_get_ordinary_permissions(files, command, capsys):
 @pytest.mark.parametrize("command", ["nb", "tree"])
 def test_output_without_test_is_a_usage_error(files, command, capsys):
     pd.DataFrame({"a": [0, 1, 1, 0] * 5, "y": [0, 1, 1, 0] * 5}).to_csv(files / "t.csv", index=False)
-    assert main([command, "--train", str(files / "t.csv"), "--label", "y", "--device", "cpu",
+    assert main([command, "--train", str(files / "t.csv"), "--label-column", "y", "--device", "cpu",
                  "--output", str(files / "p.csv")]) == 2
     _one_clear_line(capsys, "pass --test FILE")
+
+
+def test_version_and_bench_help_exit_0(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out.startswith("gpumine ")
+    assert main(["bench", "--help"]) == 0 and "realdata" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [["knn", "{d}/x.csv"], ["lof", "{d}/x.csv"], ["outliers", "{d}/x.csv"],
+                                     ["nb", "--train", "{d}/t.csv", "--test", "{d}/t.csv", "--label-column", "y"],
+                                     ["itemsets", "{d}/t.csv", "--min-support", "0.5"]])
+@pytest.mark.parametrize("output,expected", [("no/such/p.csv", "does not exist"), ("p.xlsx", "unknown extension")])
+def test_outputs_are_checked_before_the_work(files, capsys, command, output, expected, monkeypatch):
+    pd.DataFrame({"a": [0, 1, 1, 0] * 5, "y": [0, 1, 1, 0] * 5}).to_csv(files / "t.csv", index=False)
+    monkeypatch.chdir(files)
+    import gpumine.neighbors._engine as engine
+
+    def no_search(*args, **kwargs):  # the work must not start
+        raise AssertionError("searched before checking the output path")
+
+    monkeypatch.setattr(engine, "knn_search", no_search)
+    assert main([a.format(d=files) for a in command] + ["--device", "cpu", "-o", output]) == 2
+    _one_clear_line(capsys, expected)
+
+
+def test_old_spellings_still_work_and_say_what_to_use(files, capsys):
+    pd.DataFrame({"a": [0, 1, 1, 0] * 5, "y": [0, 1, 1, 0] * 5}).to_csv(files / "t.csv", index=False)
+    assert main(["nb", "--train", str(files / "t.csv"), "--label", "y", "--sep", ",", "--device", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert "--label is deprecated" in err and "use --label-column" in err and "use --delimiter" in err
+    assert main(["knn", str(files / "x.csv"), "--header", "infer", "-k", "1", "--device", "cpu", "-o",
+                 str(files / "o.csv")]) == 0
+    assert "use --header auto" in capsys.readouterr().err

@@ -95,7 +95,7 @@ def test_npy_and_headerless_input(tmp_path):
         (["--metric", "hamming"], ValueError, "Unknown metric"),
         (["--metric", "inner_product"], ValueError, "cannot define an outlier weight"),
         (["--device", "cuda:9"], ValueError, "cuda"),
-        (["-o", "{tmp}/out.xlsx"], ValueError, "output format"),
+        (["-o", "{tmp}/out.xlsx"], ValueError, "unknown extension"),
         (["-o", "{tmp}/no/such/folder/out.csv"], OSError, "does not exist"),
     ],
 )

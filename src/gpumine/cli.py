@@ -14,7 +14,7 @@ import platform
 import sys
 import time
 
-from ._cli_args import add_device_options
+from ._cli_args import add_device_options, header_choice
 from ._cli_errors import EXPECTED_ERRORS, explain
 from ._cli_args import label_column as parse_label_column
 
@@ -47,7 +47,8 @@ def _add_knn(sub) -> None:
     p.add_argument("--radius", type=float, default=None, metavar="R",
                    help="every neighbour within distance R instead of the k nearest: neighbours come out one "
                         "(query, index, distance) row per pair; classify/regress vote or average within R")
-    p.add_argument("--header", default="infer", choices=["infer", "yes", "no"], help="CSV header row (default: infer)")
+    p.add_argument("--header", type=header_choice, default="auto", metavar="{auto,yes,no}",
+                   help="CSV header row: auto (detect, the default), yes or no")
     p.add_argument("-o", "--output", default=None, help="write results to .csv, .json or .npy (default: CSV on stdout)")
     p.add_argument("--precision", default="exact", choices=["exact", "tf32", "bf16"],
                    help="arithmetic of the candidate search on tensor cores; results are exact in every mode "
@@ -64,15 +65,18 @@ def _read(path, label_column, header):
 
     kwargs = {"label_column": label_column}
     if str(path).lower().split(".gz")[0].endswith((".csv", ".tsv", ".txt", ".data", ".dat")):
-        kwargs["header"] = {"infer": "infer", "yes": True, "no": False}[header]
+        kwargs["header"] = {"auto": "infer", "yes": True, "no": False}[header]
     return read_table(path, **kwargs)
 
 
 def _run_knn(args) -> int:
     import numpy as np
 
-    from .data import write_result
+    from .data import check_output_path, write_result
     from .neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
+
+    if args.output:  # before the work: a run is not lost to a bad output path
+        check_output_path(args.output)
 
     label_column = parse_label_column(args.label_column)
     task = args.task
@@ -277,6 +281,29 @@ def _add_bench(sub) -> None:
     p.set_defaults(func=_run_bench)
 
 
+def _gpumine_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpumine")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+_BENCH_HELP = """usage: gpumine bench SUITE [options]
+
+Run a benchmark suite side by side with its peers and write JSON/markdown results.
+
+suites:
+  knn        kNN search against plain PyTorch, FAISS, scikit-learn
+  outliers   distance-based outliers (SolvingSet, brute force) against PyOD and scikit-learn
+  stream     streaming LOF throughput and scores
+  realdata   every ADBench set: all-kNN, LOF, top-10 outliers, exactness against float64
+
+gpumine bench SUITE --help lists a suite's options.
+"""
+
+
 def _run_bench(args) -> int:
     module = importlib.import_module(f"gpumine.bench.{args.suite}")
     return int(module.main(args.rest, prog=f"gpumine bench {args.suite}") or 0)
@@ -303,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _build_parser(modules):
     parser = argparse.ArgumentParser(prog="gpumine", description="Exact data mining on the GPU, with the same results on the CPU.")
+    parser.add_argument("--version", action="version", version=f"gpumine {_gpumine_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     _add_knn(sub)
@@ -340,6 +368,9 @@ def _parser_for(argv: list[str]) -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Run the command line; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"] and (len(argv) == 1 or argv[1] in ("-h", "--help")):
+        print(_BENCH_HELP, end="", file=sys.stdout if len(argv) > 1 else sys.stderr)
+        return 0 if len(argv) > 1 else 2
     parser = _parser_for(argv)
     args = parser.parse_args(argv)
     try:

@@ -14,6 +14,8 @@ import sys
 import numpy as np
 import pandas as pd
 
+from .._cli_args import add_deprecated_alias, add_device_options, add_table_options
+
 __all__ = ["register"]
 
 
@@ -78,13 +80,15 @@ def _predictions_text(pred) -> str:
 def _common(p):
     p.add_argument("--train", required=True, help="training CSV file (may be .gz)")
     p.add_argument("--test", help="test CSV file with the same columns (accuracy is printed when it has the label)")
-    p.add_argument("--label", required=True, help="label column: a name, or an index (negative counts from the end)")
-    p.add_argument("--no-header", action="store_true", help="the CSV files have no header row (columns are 0, 1, ...)")
-    p.add_argument("--sep", default=",", help="field separator (default ',')")
-    p.add_argument("--representation", default="auto", choices=["auto", "histogram", "bitmap", "bitslice"])
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    p.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"])
-    p.add_argument("--output", help="write test-set predictions to this CSV file")
+    add_table_options(p, label_help="label column (required): a header name, or an index (negative counts from the end)")
+    add_deprecated_alias(p, "--label", dest="label_column", new="--label-column")
+    add_deprecated_alias(p, "--no-header", dest="header", new="--header no", value="no")
+    add_deprecated_alias(p, "--sep", dest="delimiter", new="--delimiter")
+    p.add_argument("--representation", default="auto", choices=["auto", "histogram", "bitmap", "bitslice"],
+                   help="how counts are taken: auto (the fastest for the data, the default), histogram, bitmap "
+                        "or bitslice (identical results)")
+    add_device_options(p, quiet_help="no timing summary")
+    p.add_argument("-o", "--output", help="write the --test predictions to this CSV file")
 
 
 def register(subparsers) -> None:
@@ -103,11 +107,12 @@ def register(subparsers) -> None:
     _common(p)
     p.add_argument("--min-samples-leaf", type=float, default=2, help="J48 minNumObj (default 2)")
     p.add_argument("--confidence", type=float, default=0.25, help="pruning confidence (default 0.25)")
-    p.add_argument("--max-depth", type=int, default=None)
+    p.add_argument("--max-depth", type=int, default=None, help="deepest tree level (default: no limit)")
     p.add_argument("--unpruned", action="store_true", help="no pessimistic pruning (J48 -U)")
     p.add_argument("--categorical", default="auto",
                    help="'auto' (non-numeric columns), 'all', 'none', or a comma list of column names/indices")
-    p.add_argument("--handle-unknown", default="error", choices=["error", "missing"])
+    p.add_argument("--handle-unknown", default="error", choices=["error", "missing"],
+                   help="a test category unseen in training: fail (default) or treat it as missing")
     p.add_argument("--no-tree", action="store_true", help="do not print the tree")
     p.set_defaults(func=_run_tree)
 
@@ -120,13 +125,13 @@ def register(subparsers) -> None:
                         "and 0/1 columns (auto: onehot for .csv files whose values are all 0/1)")
     p.add_argument("--item-sep", default=None, help="basket item separator (default: whitespace, or ',' if present)")
     p.add_argument("--min-support", type=float, required=True, help="minimum support as a fraction in (0, 1]")
-    p.add_argument("--max-len", type=int, default=None)
+    p.add_argument("--max-len", type=int, default=None, help="longest itemset reported (default: no limit)")
     p.add_argument("--rules", action="store_true", help="also derive association rules")
-    p.add_argument("--metric", default="confidence")
-    p.add_argument("--min-threshold", type=float, default=0.8)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"])
-    p.add_argument("--output", help="write itemsets (support,itemset) to this CSV file")
+    p.add_argument("--metric", default="confidence",
+                   help="rule metric that --min-threshold applies to: confidence (default), lift, leverage, conviction, ...")
+    p.add_argument("--min-threshold", type=float, default=0.8, help="smallest --metric value of a rule (default 0.8)")
+    add_device_options(p, quiet_help="no timing summary")
+    p.add_argument("-o", "--output", help="write itemsets (support,itemset) to this CSV file")
     p.add_argument("--rules-output", help="write rules to this CSV file")
     p.add_argument("--top", type=int, default=10, help="print this many itemsets (and rules) by support")
     p.set_defaults(func=_run_itemsets)
@@ -135,8 +140,12 @@ def register(subparsers) -> None:
 def _guard(fn):
     def wrapper(args):
         name = getattr(args, "command", None) or fn.__name__.replace("_run_", "")
+        from ..config import config_context
+
+        settings = {} if getattr(args, "working_memory", None) is None else {"working_memory": args.working_memory}
         try:
-            return fn(args)
+            with config_context(**settings):
+                return fn(args)
         except _UsageError as exc:
             print(f"gpumine {name}: error: {exc}", file=sys.stderr)
             return 2
@@ -149,15 +158,28 @@ def _guard(fn):
     return wrapper
 
 
+def _check_outputs(*paths) -> None:
+    """Output paths checked before the work (folder, permission, CSV suffix)."""
+    from ..data import check_output_path
+
+    for path in paths:
+        if path:
+            check_output_path(path, suffixes=(".csv", ".txt"))
+
+
 def _load_train_test(args):
     if getattr(args, "output", None) and not args.test:
         raise _UsageError("--output writes the predictions for --test; pass --test FILE (or drop --output)")
-    train = _read_table(args.train, args.no_header, args.sep)
-    Xtr, ytr, col = _split(train, str(args.label))
+    _check_outputs(getattr(args, "output", None))
+    if args.label_column is None:
+        raise _UsageError("--label-column is required: the column of --train that holds the class")
+    no_header, sep = args.header == "no", args.delimiter or ","
+    train = _read_table(args.train, no_header, sep)
+    Xtr, ytr, col = _split(train, str(args.label_column))
     test = None
     if args.test:
-        test = _read_table(args.test, args.no_header, args.sep)
-        if args.no_header and test.shape[1] == train.shape[1] - 1:
+        test = _read_table(args.test, no_header, sep)
+        if no_header and test.shape[1] == train.shape[1] - 1:
             Xte, yte = test, None
         elif col in test.columns:
             Xte, yte = test.drop(columns=[col]), test[col].to_numpy()
@@ -327,6 +349,8 @@ def _run_itemsets(args):
     import time
 
     from ._itemsets import association_rules, frequent_itemsets
+
+    _check_outputs(args.output, args.rules_output)
 
     data = _read_transactions(args)
     t = time.perf_counter()

@@ -22,9 +22,10 @@ from ._download import fetch_file, sha256_of
 from ._paths import find_data_dir, get_data_home
 from ._readers import read_csv, read_npy, read_npz, read_parquet, read_table
 from ._synthetic import make_gaussian_blobs, make_poker_hands, make_uniform, poker_hand_labels
-from ._writers import atomic_open, write_array, write_result
+from ._writers import atomic_open, check_output_path, write_array, write_result
 
 __all__ = [
+    "check_output_path",
     "read_csv",
     "read_parquet",
     "read_npy",

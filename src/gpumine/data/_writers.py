@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["atomic_open", "write_result", "write_array"]
+__all__ = ["atomic_open", "write_result", "write_array", "check_output_path"]
 
 # Rows converted to text and written per step; small enough to bound memory
 # for large results (text is ~10x the binary size).
@@ -129,6 +129,31 @@ def _cells(array: np.ndarray) -> np.ndarray:
     if array.dtype.kind == "O":
         return np.vectorize(str, otypes=[object])(array) if array.size else array.astype(str)
     return array.astype(str)
+
+
+def check_output_path(path, suffixes=(".csv", ".json", ".npy")) -> Path:
+    """Refuse an output path before any work is done: a missing or read-only folder, an unknown suffix.
+
+    A long run that fails only when it writes its result loses the run; commands
+    call this first. ``suffixes``: the extensions the writer knows (None: any).
+
+    Examples
+    --------
+    >>> check_output_path("no/such/folder/out.csv")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: cannot write no/such/folder/out.csv: folder no/such/folder does not exist; create it first.
+    """
+    path = Path(os.fspath(path))
+    if suffixes is not None and path.suffix.lower() not in suffixes and not (path.exists() and not path.is_file()):
+        raise ValueError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one of "
+                         f"{', '.join(suffixes)}")
+    folder = path.parent
+    if not folder.is_dir():
+        raise FileNotFoundError(f"cannot write {path}: folder {folder} does not exist; create it first.")
+    if not os.access(folder, os.W_OK | os.X_OK) and not (path.exists() and os.access(path, os.W_OK)):
+        raise PermissionError(f"cannot write {path}: folder {folder} is not writable")
+    return path
 
 
 def write_result(path, columns: Mapping[str, np.ndarray]) -> Path:

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from .._cli_args import add_device_options, positive_int
+from .._cli_args import add_device_options, header_choice, positive_int
 from .._cli_args import label_column as parse_label_column
 
 __all__ = ["register"]
@@ -55,7 +55,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--label-column", default=None,
                    help="column holding labels (index, negative from the end, or header name; for .npz the "
                         "array name, e.g. y): left out of the distances and copied to the output")
-    p.add_argument("--header", default="infer", choices=["infer", "yes", "no"], help="CSV header row (default: infer)")
+    p.add_argument("--header", type=header_choice, default="auto", metavar="{auto,yes,no}",
+                   help="CSV header row: auto (detect, the default), yes or no")
     p.add_argument("-o", "--output", default=None, help="write the outliers to .csv, .json or .npy (default: CSV on stdout)")
     p.add_argument("--solving-set", default=None, metavar="FILE",
                    help="also write the solving set (index, weight, exact) to .csv, .json or .npy")
@@ -73,7 +74,7 @@ def _read(path, label_column, header):
     name = str(path).lower()
     stem = name[:-3] if name.endswith(".gz") else name
     if stem.endswith((".csv", ".tsv", ".txt", ".data", ".dat")):
-        kwargs["header"] = {"infer": "infer", "yes": True, "no": False}[header]
+        kwargs["header"] = {"auto": "infer", "yes": True, "no": False}[header]
     out = read_table(path, **kwargs)
     if label_column is not None:
         X, y = out
@@ -93,8 +94,11 @@ def _write_stdout(columns) -> None:
 
 def run_outliers(args) -> int:
     """Handler of ``gpumine outliers``."""
-    from ..data import write_result
+    from ..data import check_output_path, write_result
     from ._distance_based import top_n_outliers
+
+    if args.output:  # before the work: a run is not lost to a bad output path
+        check_output_path(args.output)
 
     X, labels = _read(args.data, parse_label_column(args.label_column), args.header)
     if X.ndim == 1:

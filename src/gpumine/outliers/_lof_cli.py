@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from .._cli_args import add_device_options
+from .._cli_args import add_device_options, header_choice
 from .._cli_args import label_column as parse_label_column
 
 __all__ = ["register", "run"]
@@ -52,7 +52,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--duplicates", choices=["distinct", "sklearn"], default="distinct",
                    help="rule for points with >= k exact duplicates (default distinct: k-distinct-distance)")
     p.add_argument("--label-column", default=None, help="label column (index, negative from the end, header name; 'y' for ADBench .npz)")
-    p.add_argument("--header", default="infer", choices=["infer", "yes", "no"], help="CSV header row (default: infer)")
+    p.add_argument("--header", type=header_choice, default="auto", metavar="{auto,yes,no}",
+                   help="CSV header row: auto (detect, the default), yes or no")
     p.add_argument("--float64", action="store_true", help="compute in float64 (default float32)")
     p.add_argument("-o", "--output", default=None, help="write results to .csv, .json or .npy (default: CSV on stdout)")
     add_device_options(p)
@@ -68,7 +69,7 @@ def _read(path, label_column, header, dtype):
         kwargs["label_column"] = label_column
     lower = str(path).lower()
     if lower.split(".gz")[0].endswith((".csv", ".tsv", ".txt", ".data", ".dat")):
-        kwargs["header"] = {"infer": "infer", "yes": True, "no": False}[header]
+        kwargs["header"] = {"auto": "infer", "yes": True, "no": False}[header]
         kwargs["dtype"] = dtype
     out = read_table(path, **kwargs)
     X, y = out if label_column is not None else (out, None)
@@ -79,9 +80,12 @@ def run(args) -> int:
     """Handler of ``gpumine lof``."""
     import warnings
 
-    from ..data import write_result
+    from ..data import check_output_path, write_result
     from ._lof import DuplicatesWarning
     from ._lof_estimator import LocalOutlierFactor
+
+    if args.output:  # before the work: a run is not lost to a bad output path
+        check_output_path(args.output)
 
     dtype = np.float64 if args.float64 else np.float32
     label_column = parse_label_column(args.label_column)
