@@ -365,3 +365,19 @@ def test_gpumine_stream_through_the_main_command_exits_cleanly_with_all_output()
     assert proc.returncode == 0, proc.stderr.decode()
     out = proc.stdout.decode().strip().splitlines()
     assert out[0] == "line,lof,outlier" and len(out) == 51
+
+
+def test_a_stream_where_nothing_scores_fails_and_names_the_column_flag(tmp_path, capsys):
+    (tmp_path / "t.csv").write_text("a,b,name\n1,2,x\n3,4,y\n5,6,z\n")
+    assert main([str(tmp_path / "t.csv"), "--device", "cpu"]) == 2
+    assert "--columns" in capsys.readouterr().err
+
+
+def test_the_default_threshold_flags_about_a_tenth_and_says_so(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    np.savetxt(tmp_path / "u.csv", rng.random((4000, 3)), delimiter=",", header="a,b,c", comments="")
+    assert main([str(tmp_path / "u.csv"), "--device", "cpu", "--window", "1000"]) == 0
+    out, err = capsys.readouterr()
+    flagged = np.loadtxt(out.splitlines()[1:], delimiter=",")[:, 2]
+    assert 0.05 < flagged.mean() < 0.15  # uniform noise: ~10 %, not the seed rule's 30-40 %
+    assert "flagged (" in err and "%)" in err

@@ -44,7 +44,8 @@ __all__ = ["register", "build_parser", "main", "run"]
 _MODEL_DEFAULTS = {
     "n_neighbors": 20,
     "window_size": 2048,
-    "threshold": "mean",
+    # a contamination of 10 % as PyOD's default; the seed's running mean flags 30-40 % of a real stream
+    "threshold": "quantile:0.9",
     "metric": "euclidean",
     "bins_per_dim": 10,
     "decay": 0.5,
@@ -91,7 +92,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "continues it exactly once (records written after the last checkpoint are redone)")
     p.add_argument("--method", choices=["streaming", "sliding"], default=None,
                    help="streaming: StreamingLOF with a binned summary (default); sliding: SlidingWindowLOF")
-    p.add_argument("--threshold", default=None, help="mean (default), quantile:Q, or an LOF value such as 1.5")
+    p.add_argument("--threshold", default=None,
+                   help="quantile:Q flags LOF above the running Q-quantile (default quantile:0.9, a 10 %% contamination); "
+                        "mean: the seed paper's running mean (flags 30-40 %%); or an LOF value such as 1.5")
     p.add_argument("--metric", default=None, help="distance (default euclidean)")
     p.add_argument("--bins-per-dim", type=positive_int, default=None, help="streaming: intervals per dimension (default 10)")
     p.add_argument("--decay", type=float, default=None, help="streaming: fading factor in (0, 1] (default 0.5)")
@@ -540,7 +543,8 @@ def _run(args, fmt, out_fmt, iter_records) -> int:
         how = ("stopped by Ctrl-C" if stopped else "output closed" if broken_pipe
                else "input broke off" if input_error is not None else "end of input")
         rate = n_in / seconds if seconds > 0 else float("inf")
-        msg = (f"gpumine stream: {n_in} records scored in {n_windows} windows ({how}), {n_flagged} flagged, "
+        share = f" ({100.0 * n_flagged / n_in:.1f} %)" if n_in else ""
+        msg = (f"gpumine stream: {n_in} records scored in {n_windows} windows ({how}), {n_flagged} flagged{share}, "
                f"{n_bad} malformed skipped, {seconds:.2f} s ({rate:,.0f} records/s), "
                f"{type(detector).__name__} k={detector.n_neighbors} window={detector.window_size} on {detector.device_}")
         if args.state is not None:
@@ -548,6 +552,10 @@ def _run(args, fmt, out_fmt, iter_records) -> int:
         print(msg, file=sys.stderr, flush=True)
     if input_error is not None:
         raise input_error
+    if n_in == 0 and n_bad:
+        print(f"gpumine stream: error: none of the {n_bad} records could be scored (a text column?); choose the "
+              "numeric columns with --columns (e.g. --columns 0,2,3) and copy others with --echo", file=sys.stderr)
+        return 2
     return 0
 
 
