@@ -7,8 +7,9 @@ import zlib
 
 __all__ = ["EXPECTED_ERRORS", "explain"]
 
-# errors that are the input's or the user's, not a bug: one line and exit code 2
-EXPECTED_ERRORS = (ValueError, TypeError, OSError, EOFError, zlib.error, csv.Error)
+# errors that are the input's or the user's, not a bug: one line and exit code 2 (ImportError:
+# an optional package a file format needs, e.g. pyarrow for Parquet)
+EXPECTED_ERRORS = (ValueError, TypeError, OSError, EOFError, zlib.error, csv.Error, ImportError)
 
 
 def explain(exc: BaseException) -> str:

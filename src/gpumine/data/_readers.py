@@ -720,7 +720,7 @@ def read_parquet(path, *, label_column: ColumnSpec | None = None, dtype=np.float
         frame = pd.read_parquet(path)
     except ImportError as exc:
         raise ImportError(
-            f"reading {path} needs pyarrow: pip install pyarrow (or gpumine[test])."
+            f"reading {path} needs pyarrow: pip install 'gpumine[parquet]' (or pip install pyarrow)"
         ) from exc
     names = [str(name) for name in frame.columns]
     layout = _Layout(path, "", False, ",", len(names), 0, names, len(frame))
