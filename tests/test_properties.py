@@ -105,8 +105,10 @@ def test_lof_equals_scikit_learn_on_continuous_data(n, d, data):
     kdist = np.take_along_axis(D, nb, 1)[:, -1]
     lrd = 1.0 / np.maximum(np.take_along_axis(D, nb, 1), kdist[nb]).mean(1)
     np.testing.assert_allclose(got, -(lrd[nb].mean(1) / lrd), rtol=1e-9)
-    # scikit-learn's distances by |x|^2 + |y|^2 - 2 x.y lose digits on close points: looser
-    np.testing.assert_allclose(got, SkLOF(n_neighbors=k).fit(X).negative_outlier_factor_, rtol=1e-4)
+    # scikit-learn adds 1e-10 to every mean reach-distance (lrd = 1 / (mean + 1e-10)): on points
+    # 1e-3 apart that moved an LOF of 1,762 by 3e-4 of itself; at unit scale and above it is noise
+    if scale >= 1.0:
+        np.testing.assert_allclose(got, SkLOF(n_neighbors=k).fit(X).negative_outlier_factor_, rtol=1e-5)
 
 
 @given(hnp.arrays(np.int64, st.tuples(st.integers(1, 60), st.integers(2, 4)), elements=st.integers(0, 4)))
