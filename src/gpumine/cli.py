@@ -44,6 +44,9 @@ def _add_knn(sub) -> None:
     p.add_argument("--label-column", default=None, help="label column of TRAIN (index, negative from the end, or header name)")
     p.add_argument("--task", default="auto", choices=["auto", "classify", "regress", "neighbors"])
     p.add_argument("--weights", default="uniform", choices=["uniform", "distance"])
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run the neighbour search on this Dask cluster (e.g. tcp://host:8786; needs gpumine[dask]): "
+                        "the references are sharded over its workers, the answer is the same")
     p.add_argument("--radius", type=float, default=None, metavar="R",
                    help="every neighbour within distance R instead of the k nearest: neighbours come out one "
                         "(query, index, distance) row per pair; classify/regress vote or average within R")
@@ -107,6 +110,9 @@ def _run_knn(args) -> int:
         X_query = None if X_query is None else np.asarray(X_query, dtype=np.float32)
     if args.tune:
         _tune_knn(args, X_train, X_query)
+    if args.p is not None and args.metric != "minkowski":
+        raise UsageError(f"--p {args.p} applies to --metric minkowski only (the metric is {args.metric}); "
+                         "add --metric minkowski or drop --p")
     start = time.perf_counter()
     if args.radius is not None and not (args.radius >= 0 and np.isfinite(args.radius)):
         raise UsageError(f"--radius must be a finite number >= 0; got {args.radius}")
@@ -117,6 +123,9 @@ def _run_knn(args) -> int:
         columns = {"query": np.repeat(np.arange(len(index)), counts),
                    "index": np.concatenate(list(index)) if len(index) else np.zeros(0, np.int64),
                    "distance": np.concatenate(list(dist)) if len(dist) else np.zeros(0)}
+    elif task == "neighbors" and args.scheduler is not None:
+        dist, index, model = _distributed_knn(args, X_train, X_query, common)
+        columns = {"index": index, "distance": dist}
     elif task == "neighbors":
         model = NearestNeighbors(**common).fit(X_train)
         dist, index = model.kneighbors(X_query)
@@ -153,6 +162,27 @@ def _run_knn(args) -> int:
             msg += f", written to {args.output}"
         print(msg, file=sys.stderr)
     return 0
+
+
+def _distributed_knn(args, X_train, X_query, common):
+    """``gpumine knn --scheduler``: the search on a Dask cluster (same neighbours as one process)."""
+    import types
+
+    try:
+        from distributed import Client
+    except ImportError:
+        raise UsageError("--scheduler needs Dask: pip install 'gpumine[dask]'") from None
+    from .distributed import NearestNeighbors as DaskNearestNeighbors
+
+    if args.radius is not None or args.tune or args.precision != "exact":
+        raise UsageError("--scheduler runs the k-nearest search only (no --radius, --tune or --precision)")
+    with Client(args.scheduler) as client:
+        p = common["p"] if common["metric"] == "minkowski" else None
+        model = DaskNearestNeighbors(common["n_neighbors"], metric=common["metric"], p=p, client=client,
+                                     device=common["device"], working_memory=common["working_memory"]).fit(X_train)
+        dist, index = model.kneighbors(X_query)
+    metric = common["metric"] if common["metric"] != "minkowski" or common["p"] != 2 else "euclidean"
+    return dist, index, types.SimpleNamespace(effective_metric_=metric, device_=f"dask {args.scheduler}")
 
 
 def _tune_knn(args, X_train, X_query) -> None:

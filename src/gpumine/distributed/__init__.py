@@ -1,0 +1,9 @@
+"""gpumine on a Dask cluster: several GPUs or machines, the same exact answers as one process.
+
+Needs ``dask[distributed]`` (``pip install 'gpumine[dask]'``); on GPUs, dask-cuda's
+``LocalCUDACluster`` gives one worker per GPU. See :func:`kneighbors`.
+"""
+
+from ._knn import NearestNeighbors, kneighbors
+
+__all__ = ["kneighbors", "NearestNeighbors"]

@@ -1,0 +1,258 @@
+"""Exact kNN over a Dask cluster: reference shards on the workers, one associative merge.
+
+``shard`` mode: every worker searches its row shard of the references (on its
+GPU when it has one, else its CPU) for all queries and returns its local top k
+under (distance, **global** index), global index = the shard's first row + the
+local row. Lists are merged by (key, global index), an associative and
+commutative rule, so any number of workers, chunking or completion order gives
+exactly the single-process answer. The key is the pair's float64 exact score
+for the metrics the engine orders in float64 (so pairs whose float32 distances
+tie are ordered as one process orders them), the reported score otherwise.
+
+``replicate`` mode: every worker gets all references and a block of queries
+(a plain single-process search per block); ``auto`` replicates references up to
+``REPLICATE_MAX_BYTES`` and shards larger ones. Only host arrays travel
+between workers (Dask cannot move CUDA tensors between processes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["kneighbors", "NearestNeighbors", "REPLICATE_MAX_BYTES"]
+
+REPLICATE_MAX_BYTES = 1 << 30
+_FLOAT64_ORDER = ("euclidean", "sqeuclidean", "manhattan", "chebyshev", "minkowski")
+
+
+def _client(client):
+    if client is not None:
+        return client
+    try:
+        from distributed import get_client
+
+        return get_client()
+    except (ImportError, ValueError):
+        raise ValueError("no Dask client: start one (distributed.Client() or dask_cuda.LocalCUDACluster) or pass "
+                         "client=") from None
+
+
+def _row_blocks(X, n_blocks: int):
+    """``[(first_row, block)]``: a dask array's row chunks (as delayed blocks), or NumPy row blocks."""
+    try:
+        import dask.array as da
+    except ImportError:  # pragma: no cover - dask comes with distributed
+        da = None
+    if da is not None and isinstance(X, da.Array):
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D (n_samples, n_features); got {X.ndim}-D")
+        if len(X.chunks[1]) > 1:
+            X = X.rechunk({1: -1})  # a row shard holds whole rows
+        starts = np.concatenate([[0], np.cumsum(X.chunks[0])[:-1]]).astype(np.int64)
+        return [(int(s), block) for s, block in zip(starts, X.to_delayed().ravel())], X.shape[0]
+    X = np.asarray(X.to_numpy() if hasattr(X, "to_numpy") else X)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {X.shape}")
+    bounds = np.linspace(0, X.shape[0], max(1, min(n_blocks, X.shape[0])) + 1).astype(np.int64)
+    return [(int(a), X[a:b]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a], X.shape[0]
+
+
+def _as_numpy(X):
+    import dask.array as da
+
+    if isinstance(X, da.Array):
+        return X.compute()
+    return np.asarray(X.to_numpy() if hasattr(X, "to_numpy") else X)
+
+
+def _search_shard(shard, queries, k: int, first_row: int, exclude_self: bool, metric: str, p, device, working_memory):
+    """A shard's top k of every query: (keys, global indices, reported distances), padded with (inf, -1, inf)."""
+    import torch
+
+    from gpumine._validation import check_array
+    from gpumine.core.distance import get_metric
+    from gpumine.neighbors import kneighbors
+
+    shard = np.asarray(shard)
+    n_rows, n_query = shard.shape[0], queries.shape[0]
+    width = min(k + 1 if exclude_self else k, n_rows)
+    dist, index = kneighbors(shard, queries, width, metric=metric, p=p, device=device, working_memory=working_memory)
+    dist, index = np.asarray(dist), np.asarray(index)
+    keep = np.ones(index.shape, dtype=bool)
+    if exclude_self:
+        # query i is global row i: it is dropped where listed; else, if one extra was searched, the last goes
+        is_own = index == (np.arange(n_query)[:, None] - first_row)
+        listed = is_own.any(1)
+        keep &= ~is_own
+        if width == k + 1:
+            keep[~listed, -1] = False
+    metric_obj = get_metric(metric, p)
+    if metric_obj.name in _FLOAT64_ORDER:
+        # the pair's float64 exact score: the order one process gives such searches
+        R = check_array(shard, name="X_ref").to(torch.float64)
+        Q = check_array(queries, name="X_query").to(torch.float64)
+        keys = metric_obj.exact_scores(Q, R[torch.from_numpy(index.reshape(-1))].view(*index.shape, -1)).numpy()
+    else:
+        keys = -dist.astype(np.float64) if metric_obj.name == "inner_product" else dist.astype(np.float64)
+    out = min(k, width)
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :out]  # kept entries first, in their order
+    kept = np.take_along_axis(keep, order, 1)
+    keys = np.where(kept, np.take_along_axis(keys, order, 1), np.inf)
+    index = np.where(kept, np.take_along_axis(index, order, 1) + first_row, -1)
+    dist = np.where(kept, np.take_along_axis(dist, order, 1), np.inf).astype(dist.dtype)
+    return keys, index.astype(np.int64), dist
+
+
+def _merge(a, b, k: int):
+    """The best ``k`` of two lists of the same rows by (key, global index): associative and commutative."""
+    keys = np.concatenate([a[0], b[0]], 1)
+    index = np.concatenate([a[1], b[1]], 1)
+    dist = np.concatenate([a[2], b[2]], 1)
+    order = np.lexsort((index, keys), axis=1)[:, :k]
+    return (np.take_along_axis(keys, order, 1), np.take_along_axis(index, order, 1), np.take_along_axis(dist, order, 1))
+
+
+def _tree_merge(client, parts, k: int):
+    while len(parts) > 1:
+        paired = [client.submit(_merge, parts[i], parts[i + 1], k, pure=False) for i in range(0, len(parts) - 1, 2)]
+        parts = paired + ([parts[-1]] if len(parts) % 2 else [])
+    return parts[0].result()
+
+
+def _search_block(ref, queries, k, exclude_from, metric, p, device, working_memory):
+    """Replicate mode: all references, a block of queries (``exclude_from``: the block's first row in an all-kNN)."""
+    from gpumine.neighbors import kneighbors
+
+    if exclude_from is None:
+        return kneighbors(ref, queries, k, metric=metric, p=p, device=device, working_memory=working_memory)
+    # an all-kNN block: the whole search once per block would redo every block; search k + 1 and drop each row itself
+    dist, index = kneighbors(ref, queries, min(k + 1, ref.shape[0]), metric=metric, p=p, device=device,
+                             working_memory=working_memory)
+    own = np.arange(queries.shape[0])[:, None] + exclude_from
+    is_own = index == own
+    drop = np.where(is_own.any(1), is_own.argmax(1), index.shape[1] - 1)
+    keep = np.ones(index.shape, dtype=bool)
+    keep[np.arange(len(keep)), drop] = False
+    return dist[keep].reshape(len(keep), -1)[:, :k], index[keep].reshape(len(keep), -1)[:, :k]
+
+
+def kneighbors(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p=None, mode: str = "auto", client=None,
+               device="auto", working_memory=None, return_distance: bool = True):
+    """Exact k nearest neighbours on a Dask cluster: the same answer as :func:`gpumine.neighbors.kneighbors`.
+
+    Parameters
+    ----------
+    X_ref : dask.array (chunked by rows), NumPy array or pandas DataFrame
+        The references; a dask array's row chunks are the shards.
+    X_query : same kinds, optional
+        The queries (``None``: the references themselves, each point excluded
+        from its own list). They are broadcast to every worker.
+    k, metric, p, device, working_memory
+        As :func:`gpumine.neighbors.kneighbors`; ``device`` is resolved on each
+        worker ("auto": its GPU when it has one).
+    mode : {"auto", "shard", "replicate"}
+        See the module docstring.
+    client : distributed.Client, optional
+        Default: the current client.
+
+    Returns
+    -------
+    distances, indices : NumPy arrays (n_queries, k), or dask arrays when the queries were one
+        Indices are global rows of ``X_ref``.
+    """
+    if mode not in ("auto", "shard", "replicate"):
+        raise ValueError(f"mode must be 'auto', 'shard' or 'replicate'; got {mode!r}")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be a positive integer; got {k!r}")
+    client = _client(client)
+    n_workers = max(1, len(client.scheduler_info()["workers"]))
+    exclude_self = X_query is None
+    queries = _as_numpy(X_ref if exclude_self else X_query)
+    blocks, n_ref = _row_blocks(X_ref, n_workers)
+    limit = n_ref - (1 if exclude_self else 0)
+    if k > limit:
+        raise ValueError(f"k={k} exceeds the {limit} reference rows available"
+                         f"{' (each query is excluded from its own neighbours)' if exclude_self else ''}")
+    ref_bytes = int(np.prod(queries.shape[1:], dtype=np.int64)) * n_ref * queries.itemsize
+    if mode == "auto":
+        mode = "replicate" if ref_bytes <= REPLICATE_MAX_BYTES else "shard"
+    common = dict(metric=metric, p=p, device=device, working_memory=working_memory)
+    if mode == "replicate":
+        ref = _as_numpy(X_ref)
+        ref_future = client.scatter(ref, broadcast=True)
+        bounds = np.linspace(0, queries.shape[0], n_workers + 1).astype(np.int64)
+        futures = [client.submit(_search_block, ref_future, queries[a:b], k, a if exclude_self else None, pure=False,
+                                 **common) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        found = client.gather(futures)
+        dist = np.concatenate([f[0] for f in found]) if found else np.zeros((0, k))
+        index = np.concatenate([f[1] for f in found]) if found else np.zeros((0, k), np.int64)
+    else:
+        query_future = client.scatter(queries, broadcast=True)
+        parts = []
+        for first_row, block in blocks:
+            # a dask array's block is computed where the scheduler puts it; NumPy blocks are scattered
+            shard = client.scatter(block) if isinstance(block, np.ndarray) else client.compute(block)
+            parts.append(client.submit(_search_shard, shard, query_future, k, first_row, exclude_self, pure=False,
+                                       **common))
+        _, index, dist = _tree_merge(client, parts, k)
+    return _outputs(dist, index, X_ref if exclude_self else X_query, return_distance)
+
+
+def _outputs(dist, index, like, return_distance):
+    import dask.array as da
+
+    if isinstance(like, da.Array):
+        chunks = (like.chunks[0], (index.shape[1],))
+        dist, index = da.from_array(dist, chunks=chunks), da.from_array(index, chunks=chunks)
+    return (dist, index) if return_distance else index
+
+
+class NearestNeighbors:
+    """Exact nearest neighbours on a Dask cluster, with :class:`gpumine.neighbors.NearestNeighbors`'s methods.
+
+    ``fit(X)`` keeps ``X`` (a dask array is persisted on the workers); ``kneighbors``
+    runs :func:`kneighbors` (``mode``, ``client`` as there) and returns what one
+    process returns.
+
+    Examples
+    --------
+    >>> import numpy as np, distributed  # doctest: +SKIP
+    >>> with distributed.Client(processes=False) as client:  # doctest: +SKIP
+    ...     nn = NearestNeighbors(n_neighbors=2, device="cpu").fit(np.array([[0.0], [1.0], [5.0]]))
+    ...     nn.kneighbors()[1]
+    array([[1, 2],
+           [0, 2],
+           [1, 0]])
+    """
+
+    def __init__(self, n_neighbors=5, *, metric="euclidean", p=None, mode="auto", client=None, device="auto",
+                 working_memory=None):
+        self.n_neighbors = n_neighbors
+        self.metric = metric
+        self.p = p
+        self.mode = mode
+        self.client = client
+        self.device = device
+        self.working_memory = working_memory
+
+    def get_params(self, deep=True):
+        return {name: getattr(self, name) for name in
+                ("n_neighbors", "metric", "p", "mode", "client", "device", "working_memory")}
+
+    def fit(self, X, y=None):
+        """Keep the references (persisted on the cluster when a dask array)."""
+        import dask.array as da
+
+        client = _client(self.client)
+        self._X = client.persist(X) if isinstance(X, da.Array) else X
+        self.n_samples_fit_ = X.shape[0]
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
+        """The exact k nearest training rows of each row of ``X`` (``None``: the training set, self excluded)."""
+        if not hasattr(self, "_X"):
+            raise ValueError("this NearestNeighbors is not fitted yet; call fit(X) first")
+        return kneighbors(self._X, X, self.n_neighbors if n_neighbors is None else n_neighbors, metric=self.metric,
+                          p=self.p, mode=self.mode, client=self.client, device=self.device,
+                          working_memory=self.working_memory, return_distance=return_distance)

@@ -1,0 +1,105 @@
+"""gpumine.distributed against one process: the same neighbours and distances, whatever the sharding."""
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+da = pytest.importorskip("dask.array")
+
+from gpumine import distributed as gd  # noqa: E402
+from gpumine.neighbors import kneighbors  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=None)
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def _data(kind, n=500, d=4, seed=0):
+    rng = np.random.default_rng(seed)
+    if kind == "integer":
+        return rng.integers(0, 3, (n, d)).astype(np.float32)
+    if kind == "duplicates":
+        base = rng.standard_normal((n // 10, d)).astype(np.float32)
+        return base[rng.integers(0, len(base), n)]
+    if kind == "float32 ties":  # float32 distances that tie and differ in float64
+        j = np.arange(n, dtype=np.float32)
+        return np.stack([1 + (j % 23) * np.float32(2**-23), 1 + (j // 23) * np.float32(2**-23)], 1)[:, :d]
+    return rng.standard_normal((n, d)).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["random", "integer", "duplicates", "float32 ties"])
+@pytest.mark.parametrize("mode", ["shard", "replicate"])
+@pytest.mark.parametrize("chunks", [97, 250, 500])
+def test_all_knn_equals_one_process(client, kind, mode, chunks):
+    X = _data(kind, d=2 if kind == "float32 ties" else 4)
+    want = kneighbors(X, k=7, device="cpu")
+    got = gd.kneighbors(da.from_array(X, chunks=(chunks, -1)), k=7, mode=mode, client=client, device="cpu")
+    np.testing.assert_array_equal(np.asarray(got[1]), want[1])
+    np.testing.assert_array_equal(np.asarray(got[0]), want[0])
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "manhattan", "cosine", "inner_product"])
+def test_queries_against_sharded_references_equal_one_process(client, metric):
+    X = _data("duplicates", n=800)
+    Q = _data("random", n=60, seed=1)
+    want = kneighbors(X, Q, k=12, metric=metric, device="cpu")
+    dist, index = gd.kneighbors(da.from_array(X, chunks=(130, -1)), Q, k=12, metric=metric, mode="shard", client=client,
+                                device="cpu")
+    np.testing.assert_array_equal(index, want[1])
+    np.testing.assert_array_equal(dist, want[0])
+
+
+def test_numpy_input_is_sharded_over_the_workers_and_k_equal_n_minus_one(client):
+    X = _data("integer", n=40)
+    want = kneighbors(X, k=39, device="cpu")
+    got = gd.kneighbors(X, k=39, mode="shard", client=client, device="cpu")
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_bad_arguments_are_refused(client):
+    X = _data("random", n=10)
+    with pytest.raises(ValueError, match="mode must be"):
+        gd.kneighbors(X, k=2, mode="broadcast", client=client)
+    with pytest.raises(ValueError, match="k=10 exceeds the 9 reference rows"):
+        gd.kneighbors(X, k=10, client=client)
+
+
+def test_without_a_client_the_error_says_how_to_start_one(monkeypatch):
+    def none_running():
+        raise ValueError("No global client found and no address provided")
+
+    monkeypatch.setattr(distributed, "get_client", none_running)
+    X = _data("random", n=10)
+    with pytest.raises(ValueError, match="no Dask client"):
+        gd.kneighbors(X, k=2)
+
+
+def test_the_estimator_and_the_command_line_give_one_process_answer(client, tmp_path, capsys):
+    import pandas as pd
+
+    from gpumine.cli import main
+
+    X = _data("duplicates", n=300)
+    want = kneighbors(X, k=5, device="cpu")
+    nn = gd.NearestNeighbors(n_neighbors=5, client=client, device="cpu", mode="shard").fit(da.from_array(X, chunks=(70, -1)))
+    np.testing.assert_array_equal(np.asarray(nn.kneighbors()[1]), want[1])
+    pd.DataFrame(X, columns=["a", "b", "c", "d"]).to_csv(tmp_path / "x.csv", index=False)
+    address = client.scheduler.address
+    assert main(["knn", str(tmp_path / "x.csv"), "-k", "5", "--device", "cpu", "--scheduler", address,
+                 "-o", str(tmp_path / "n.csv")]) == 0
+    got = pd.read_csv(tmp_path / "n.csv")
+    np.testing.assert_array_equal(got[[f"index_{j}" for j in range(5)]].to_numpy(), want[1])
+
+
+@pytest.mark.slow
+def test_worker_processes_give_the_same_answer():
+    X = _data("float32 ties", n=400, d=2)
+    want = kneighbors(X, k=6, device="cpu")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as c:
+        got = gd.kneighbors(da.from_array(X, chunks=(90, -1)), k=6, mode="shard", client=c, device="cpu")
+    np.testing.assert_array_equal(np.asarray(got[1]), want[1])
