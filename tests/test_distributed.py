@@ -103,3 +103,24 @@ def test_worker_processes_give_the_same_answer():
             distributed.Client(cluster) as c:
         got = gd.kneighbors(da.from_array(X, chunks=(90, -1)), k=6, mode="shard", client=c, device="cpu")
     np.testing.assert_array_equal(np.asarray(got[1]), want[1])
+
+
+@pytest.mark.parametrize("kind", ["random", "duplicates", "integer"])
+def test_lof_and_top_n_outliers_equal_one_process(client, kind):
+    import warnings
+
+    from gpumine.outliers import LocalOutlierFactor, top_n_outliers
+
+    X = _data(kind, n=400)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # duplicate-point warnings, the same on both
+        want = LocalOutlierFactor(n_neighbors=10, device="cpu").fit(X).negative_outlier_factor_
+        got = gd.LocalOutlierFactor(n_neighbors=10, client=client, device="cpu", mode="shard").fit(
+            da.from_array(X, chunks=(90, -1))).negative_outlier_factor_
+    np.testing.assert_array_equal(got, want)
+    one = top_n_outliers(X, n_outliers=8, k=6, method="brute_force", device="cpu")
+    many = gd.top_n_outliers(da.from_array(X, chunks=(110, -1)), n_outliers=8, k=6, client=client, device="cpu",
+                             mode="shard")
+    np.testing.assert_array_equal(many.indices, one.indices)
+    np.testing.assert_array_equal(many.weights, one.weights)
+    np.testing.assert_array_equal(many.scores, one.scores)

@@ -5,5 +5,6 @@ Needs ``dask[distributed]`` (``pip install 'gpumine[dask]'``); on GPUs, dask-cud
 """
 
 from ._knn import NearestNeighbors, kneighbors
+from ._outliers import LocalOutlierFactor, top_n_outliers
 
-__all__ = ["kneighbors", "NearestNeighbors"]
+__all__ = ["kneighbors", "NearestNeighbors", "LocalOutlierFactor", "top_n_outliers"]
