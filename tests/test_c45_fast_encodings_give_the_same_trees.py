@@ -21,7 +21,7 @@ from gpumine.counting import _c45
 from gpumine.counting._c45 import C45Classifier, _Columns, _LnfTable
 from gpumine.counting._ops import level_offsets
 from gpumine.data import make_poker_hands
-from test_counting_c45_pruning import _assert_same
+from test_c45_vectorised_raising_equals_the_j48_recursion import _assert_same
 
 
 def _frame(seed, n=3000, missing=True):
