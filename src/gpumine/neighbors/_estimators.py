@@ -159,7 +159,13 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_queries, n_features), optional
-            ``None`` queries the training set, excluding each point itself.
+            ``None`` queries the training set, excluding each point itself
+            (not its exact duplicates: they are other points at distance 0,
+            listed first by index). scikit-learn instead drops the point itself
+            only when it is among its k + 1 nearest, else the first neighbour
+            listed, so its answer depends on how ties were ordered: for
+            ``np.ones((3, 1))`` and k = 1 it gives ``[1, 0, 1]``, gpumine
+            ``[1, 0, 0]`` (each point's nearest other point, lower index first).
         n_neighbors : int, optional
             Defaults to the ``n_neighbors`` given at construction.
         return_distance : bool
