@@ -124,3 +124,14 @@ def test_lof_and_top_n_outliers_equal_one_process(client, kind):
     np.testing.assert_array_equal(many.indices, one.indices)
     np.testing.assert_array_equal(many.weights, one.weights)
     np.testing.assert_array_equal(many.scores, one.scores)
+
+
+@pytest.mark.parametrize("chunks", [1, 3, (5, 1, 30, 4)])  # single rows, chunks smaller than k, uneven
+@pytest.mark.parametrize("metric", ["euclidean", "chebyshev", "cosine"])
+def test_uneven_and_tiny_chunks_change_nothing(client, chunks, metric):
+    X = _data("integer", n=40)
+    want = kneighbors(X, k=6, metric=metric, device="cpu")
+    got = gd.kneighbors(da.from_array(X, chunks=(chunks, -1)), k=6, metric=metric, mode="shard", client=client,
+                        device="cpu")
+    np.testing.assert_array_equal(np.asarray(got[1]), want[1])
+    np.testing.assert_array_equal(np.asarray(got[0]), want[0])
