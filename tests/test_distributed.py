@@ -135,3 +135,21 @@ def test_uneven_and_tiny_chunks_change_nothing(client, chunks, metric):
                         device="cpu")
     np.testing.assert_array_equal(np.asarray(got[1]), want[1])
     np.testing.assert_array_equal(np.asarray(got[0]), want[0])
+
+
+@pytest.mark.parametrize("chunks", [1000, 137, 7])
+def test_categorical_nb_from_summed_partition_counts_equals_one_process(client, chunks):
+    from gpumine.counting import CategoricalNB
+
+    rng = np.random.default_rng(3)
+    X = rng.integers(0, 5, (1000, 4))
+    X[:, 3] = rng.integers(0, 2, 1000)
+    y = rng.integers(0, 3, 1000)
+    one = CategoricalNB(alpha=0.5, device="cpu").fit(X, y)
+    many = gd.CategoricalNB(alpha=0.5, device="cpu", client=client).fit(da.from_array(X, chunks=(chunks, -1)),
+                                                                        da.from_array(y, chunks=chunks))
+    np.testing.assert_array_equal(many.class_count_, one.class_count_)
+    for a, b in zip(many.category_count_, one.category_count_):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(many.predict_proba(X), one.predict_proba(X))
+    np.testing.assert_array_equal(many.predict(X), one.predict(X))

@@ -4,7 +4,8 @@ Needs ``dask[distributed]`` (``pip install 'gpumine[dask]'``); on GPUs, dask-cud
 ``LocalCUDACluster`` gives one worker per GPU. See :func:`kneighbors`.
 """
 
+from ._counting import CategoricalNB
 from ._knn import NearestNeighbors, kneighbors
 from ._outliers import LocalOutlierFactor, top_n_outliers
 
-__all__ = ["kneighbors", "NearestNeighbors", "LocalOutlierFactor", "top_n_outliers"]
+__all__ = ["kneighbors", "NearestNeighbors", "LocalOutlierFactor", "top_n_outliers", "CategoricalNB"]
