@@ -153,3 +153,28 @@ def test_categorical_nb_from_summed_partition_counts_equals_one_process(client, 
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(many.predict_proba(X), one.predict_proba(X))
     np.testing.assert_array_equal(many.predict(X), one.predict(X))
+
+
+def test_local_cluster_on_a_machine_without_gpus_gives_cpu_workers(monkeypatch):
+    from gpumine.distributed import _cluster
+
+    monkeypatch.setattr(_cluster, "_gpu_count", lambda: 0)
+    with gd.local_cluster(2, processes=False) as cluster, distributed.Client(cluster) as c:
+        assert len(c.scheduler_info()["workers"]) == 2
+        X = _data("integer", n=60)
+        np.testing.assert_array_equal(gd.kneighbors(X, k=3, client=c, device="cpu", mode="shard")[1],
+                                      kneighbors(X, k=3, device="cpu")[1])
+    with pytest.raises(ValueError, match="no GPU is visible"):
+        gd.local_cluster(gpus=True)
+
+
+def test_gpu_workers_each_see_one_gpu(monkeypatch):
+    from gpumine.distributed import _cluster
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    monkeypatch.setitem(__import__("sys").modules, "dask_cuda", None)  # the Nanny-per-GPU fallback
+    made = {}
+    monkeypatch.setattr(distributed, "SpecCluster", lambda **kwargs: made.update(kwargs) or "cluster")  # nothing starts
+    assert gd.local_cluster(gpus=True) == "cluster"
+    envs = sorted(spec["options"]["env"]["CUDA_VISIBLE_DEVICES"] for spec in made["workers"].values())
+    assert envs == ["3", "5"] and _cluster._gpu_count() == 2
