@@ -178,3 +178,12 @@ def test_gpu_workers_each_see_one_gpu(monkeypatch):
     assert gd.local_cluster(gpus=True) == "cluster"
     envs = sorted(spec["options"]["env"]["CUDA_VISIBLE_DEVICES"] for spec in made["workers"].values())
     assert envs == ["3", "5"] and _cluster._gpu_count() == 2
+
+
+def test_the_same_search_twice_in_a_row_is_not_lost(client):
+    # identical data gives identical content keys; a key released by one call must not starve the next
+    X = _data("random", n=300)
+    Xd = da.from_array(X, chunks=(60, -1))
+    want = kneighbors(X, X[:20], k=4, device="cpu")[1]
+    for _ in range(8):
+        np.testing.assert_array_equal(gd.kneighbors(Xd, X[:20], k=4, mode="shard", client=client, device="cpu")[1], want)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._knn import _client
+from ._knn import _client, _computed
 
 __all__ = ["CategoricalNB"]
 
@@ -99,17 +99,20 @@ class CategoricalNB:
         client = _client(self.client)
         n_workers = max(1, len(client.scheduler_info()["workers"]))
         # a dask array's blocks are computed where the scheduler puts them; NumPy blocks are scattered
-        blocks = [(client.scatter(xb) if isinstance(xb, np.ndarray) else client.compute(xb),
-                   client.scatter(yb) if isinstance(yb, np.ndarray) else client.compute(yb))
+        blocks = [(client.scatter(xb, hash=False) if isinstance(xb, np.ndarray) else _computed(client, xb),
+                   client.scatter(yb, hash=False) if isinstance(yb, np.ndarray) else _computed(client, yb))
                   for xb, yb in _aligned_blocks(X, y, n_workers)]
         labels = client.gather([client.submit(_labels, y_block, pure=False) for _, y_block in blocks])
         classes = np.unique(np.concatenate(labels)) if labels else np.zeros(0)
         params = self._local_params(self.device)
         parts = [client.submit(_partition_counts, X_block, y_block, classes, params, pure=False) for X_block, y_block in blocks]
+        held = list(parts)  # every future stays referenced until the end: a released input can be lost under a dependent
         while len(parts) > 1:  # a tree of sums
             parts = [client.submit(_sum_counts, parts[i], parts[i + 1], pure=False) for i in range(0, len(parts) - 1, 2)] \
                 + ([parts[-1]] if len(parts) % 2 else [])
+            held.extend(parts)
         total = parts[0].result() if parts else None
+        del held, blocks
         if total is None:
             raise ValueError("X is empty: at least one row is required")
         n_features, class_count, category_count, representation = total

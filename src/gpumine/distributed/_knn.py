@@ -112,11 +112,23 @@ def _merge(a, b, k: int):
     return (np.take_along_axis(keys, order, 1), np.take_along_axis(index, order, 1), np.take_along_axis(dist, order, 1))
 
 
+def _computed(client, block):
+    """A future of a dask block under a key of its own (a block's content key, released by an earlier call
+    just as a new call asks for it again, was lost to that call's tasks)."""
+    from dask import delayed
+
+    return client.compute(delayed(np.asarray, pure=False)(block))
+
+
 def _tree_merge(client, parts, k: int):
+    held = list(parts)  # every future stays referenced until the end: a released input can be lost under a dependent
     while len(parts) > 1:
         paired = [client.submit(_merge, parts[i], parts[i + 1], k, pure=False) for i in range(0, len(parts) - 1, 2)]
+        held.extend(paired)
         parts = paired + ([parts[-1]] if len(parts) % 2 else [])
-    return parts[0].result()
+    result = parts[0].result()
+    del held
+    return result
 
 
 def _search_block(ref, queries, k, exclude_from, metric, p, device, working_memory):
@@ -179,22 +191,24 @@ def kneighbors(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p=
     common = dict(metric=metric, p=p, device=device, working_memory=working_memory)
     if mode == "replicate":
         ref = _as_numpy(X_ref)
-        ref_future = client.scatter(ref, broadcast=True)
+        ref_future = client.scatter(ref, broadcast=True, hash=False)
         bounds = np.linspace(0, queries.shape[0], n_workers + 1).astype(np.int64)
         futures = [client.submit(_search_block, ref_future, queries[a:b], k, a if exclude_self else None, pure=False,
                                  **common) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
         found = client.gather(futures)
+        del ref_future
         dist = np.concatenate([f[0] for f in found]) if found else np.zeros((0, k))
         index = np.concatenate([f[1] for f in found]) if found else np.zeros((0, k), np.int64)
     else:
-        query_future = client.scatter(queries, broadcast=True)
-        parts = []
+        query_future = client.scatter(queries, broadcast=True, hash=False)
+        shards, parts = [], []
         for first_row, block in blocks:
             # a dask array's block is computed where the scheduler puts it; NumPy blocks are scattered
-            shard = client.scatter(block) if isinstance(block, np.ndarray) else client.compute(block)
-            parts.append(client.submit(_search_shard, shard, query_future, k, first_row, exclude_self, pure=False,
+            shards.append(client.scatter(block, hash=False) if isinstance(block, np.ndarray) else _computed(client, block))
+            parts.append(client.submit(_search_shard, shards[-1], query_future, k, first_row, exclude_self, pure=False,
                                        **common))
         _, index, dist = _tree_merge(client, parts, k)
+        del shards, query_future
     return _outputs(dist, index, X_ref if exclude_self else X_query, return_distance)
 
 
