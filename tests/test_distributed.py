@@ -187,3 +187,15 @@ def test_the_same_search_twice_in_a_row_is_not_lost(client):
     want = kneighbors(X, X[:20], k=4, device="cpu")[1]
     for _ in range(8):
         np.testing.assert_array_equal(gd.kneighbors(Xd, X[:20], k=4, mode="shard", client=client, device="cpu")[1], want)
+
+
+@pytest.mark.parametrize("batch_rows", [29, 10_000])
+def test_query_batches_change_nothing(client, batch_rows):
+    X = _data("duplicates", n=300)
+    want = kneighbors(X, k=5, device="cpu")
+    got = gd.kneighbors(da.from_array(X, chunks=(80, -1)), k=5, mode="shard", client=client, device="cpu",
+                        batch_rows=batch_rows)
+    np.testing.assert_array_equal(np.asarray(got[1]), want[1])
+    np.testing.assert_array_equal(np.asarray(got[0]), want[0])
+    with pytest.raises(ValueError, match="batch_rows"):
+        gd.kneighbors(X, k=5, mode="shard", client=client, batch_rows=0)

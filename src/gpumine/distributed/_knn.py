@@ -22,6 +22,7 @@ import numpy as np
 __all__ = ["kneighbors", "NearestNeighbors", "REPLICATE_MAX_BYTES"]
 
 REPLICATE_MAX_BYTES = 1 << 30
+QUERY_BATCH_BYTES = 1 << 28
 _FLOAT64_ORDER = ("euclidean", "sqeuclidean", "manhattan", "chebyshev", "minkowski")
 
 
@@ -65,8 +66,12 @@ def _as_numpy(X):
     return np.asarray(X.to_numpy() if hasattr(X, "to_numpy") else X)
 
 
-def _search_shard(shard, queries, k: int, first_row: int, exclude_self: bool, metric: str, p, device, working_memory):
-    """A shard's top k of every query: (keys, global indices, reported distances), padded with (inf, -1, inf)."""
+def _search_shard(shard, queries, k: int, first_row: int, exclude_self: bool, metric: str, p, device, working_memory,
+                  query_offset: int = 0):
+    """A shard's top k of every query: (keys, global indices, reported distances), padded with (inf, -1, inf).
+
+    ``query_offset``: the global row of ``queries[0]`` (an all-kNN's query batch).
+    """
     import torch
 
     from gpumine._validation import check_array
@@ -81,7 +86,7 @@ def _search_shard(shard, queries, k: int, first_row: int, exclude_self: bool, me
     keep = np.ones(index.shape, dtype=bool)
     if exclude_self:
         # query i is global row i: it is dropped where listed; else, if one extra was searched, the last goes
-        is_own = index == (np.arange(n_query)[:, None] - first_row)
+        is_own = index == (np.arange(n_query)[:, None] + query_offset - first_row)
         listed = is_own.any(1)
         keep &= ~is_own
         if width == k + 1:
@@ -149,7 +154,7 @@ def _search_block(ref, queries, k, exclude_from, metric, p, device, working_memo
 
 
 def kneighbors(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p=None, mode: str = "auto", client=None,
-               device="auto", working_memory=None, return_distance: bool = True):
+               device="auto", working_memory=None, return_distance: bool = True, batch_rows: int | None = None):
     """Exact k nearest neighbours on a Dask cluster: the same answer as :func:`gpumine.neighbors.kneighbors`.
 
     Parameters
@@ -166,6 +171,10 @@ def kneighbors(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p=
         See the module docstring.
     client : distributed.Client, optional
         Default: the current client.
+    batch_rows : int, optional
+        Shard mode: queries broadcast per batch of this many rows (default:
+        batches of about ``QUERY_BATCH_BYTES``), so a worker holds one batch of
+        queries and its (batch x k) lists at a time whatever the query count.
 
     Returns
     -------
@@ -200,15 +209,25 @@ def kneighbors(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p=
         dist = np.concatenate([f[0] for f in found]) if found else np.zeros((0, k))
         index = np.concatenate([f[1] for f in found]) if found else np.zeros((0, k), np.int64)
     else:
-        query_future = client.scatter(queries, broadcast=True, hash=False)
-        shards, parts = [], []
-        for first_row, block in blocks:
-            # a dask array's block is computed where the scheduler puts it; NumPy blocks are scattered
-            shards.append(client.scatter(block, hash=False) if isinstance(block, np.ndarray) else _computed(client, block))
-            parts.append(client.submit(_search_shard, shards[-1], query_future, k, first_row, exclude_self, pure=False,
-                                       **common))
-        _, index, dist = _tree_merge(client, parts, k)
-        del shards, query_future
+        if batch_rows is None:
+            batch_rows = max(1, QUERY_BATCH_BYTES // max(1, queries.itemsize * queries.shape[1]))
+        elif isinstance(batch_rows, bool) or not isinstance(batch_rows, (int, np.integer)) or batch_rows < 1:
+            raise ValueError(f"batch_rows must be a positive integer or None; got {batch_rows!r}")
+        # a dask array's blocks are computed where the scheduler puts them, NumPy blocks scattered; once for all batches
+        shards = [(first_row, client.scatter(block, hash=False) if isinstance(block, np.ndarray)
+                   else _computed(client, block)) for first_row, block in blocks]
+        found_index, found_dist = [], []
+        for q0 in range(0, queries.shape[0], batch_rows):
+            batch = client.scatter(queries[q0 : q0 + batch_rows], broadcast=True, hash=False)
+            parts = [client.submit(_search_shard, shard, batch, k, first_row, exclude_self, pure=False,
+                                   query_offset=q0, **common) for first_row, shard in shards]
+            _, index, dist = _tree_merge(client, parts, k)
+            found_index.append(index)
+            found_dist.append(dist)
+            del batch, parts
+        del shards
+        index = np.concatenate(found_index) if found_index else np.zeros((0, k), np.int64)
+        dist = np.concatenate(found_dist) if found_dist else np.zeros((0, k), queries.dtype)
     return _outputs(dist, index, X_ref if exclude_self else X_query, return_distance)
 
 
