@@ -17,6 +17,7 @@ import time
 import numpy as np
 import torch
 
+from gpumine.data import atomic_open
 from gpumine.neighbors import kneighbors
 from gpumine.neighbors import _graphs
 
@@ -86,10 +87,8 @@ def main(argv=None) -> int:
         print(name, json.dumps({key: value for key, value in record.items() if key != "eager_profile"}), flush=True)
         results[name] = record
     if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as f:
+        with atomic_open(args.out) as f:
             json.dump(results, f, indent=1)
-        os.replace(tmp, args.out)
     return 0
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._knn import _client, _computed
+from ._knn import _client, _computed, tree_reduce
 
 __all__ = ["CategoricalNB"]
 
@@ -106,13 +106,8 @@ class CategoricalNB:
         classes = np.unique(np.concatenate(labels)) if labels else np.zeros(0)
         params = self._local_params(self.device)
         parts = [client.submit(_partition_counts, X_block, y_block, classes, params, pure=False) for X_block, y_block in blocks]
-        held = list(parts)  # every future stays referenced until the end: a released input can be lost under a dependent
-        while len(parts) > 1:  # a tree of sums
-            parts = [client.submit(_sum_counts, parts[i], parts[i + 1], pure=False) for i in range(0, len(parts) - 1, 2)] \
-                + ([parts[-1]] if len(parts) % 2 else [])
-            held.extend(parts)
-        total = parts[0].result() if parts else None
-        del held, blocks
+        total = tree_reduce(client, parts, _sum_counts)
+        del blocks
         if total is None:
             raise ValueError("X is empty: at least one row is required")
         n_features, class_count, category_count, representation = total

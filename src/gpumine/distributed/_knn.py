@@ -84,13 +84,8 @@ def _search_shard(shard, queries, k: int, first_row: int, exclude_self: bool, me
     dist, index = kneighbors(shard, queries, width, metric=metric, p=p, device=device, working_memory=working_memory)
     dist, index = np.asarray(dist), np.asarray(index)
     keep = np.ones(index.shape, dtype=bool)
-    if exclude_self:
-        # query i is global row i: it is dropped where listed; else, if one extra was searched, the last goes
-        is_own = index == (np.arange(n_query)[:, None] + query_offset - first_row)
-        listed = is_own.any(1)
-        keep &= ~is_own
-        if width == k + 1:
-            keep[~listed, -1] = False
+    if exclude_self:  # query i is global row query_offset + i
+        keep = _keep_others(index, np.arange(n_query)[:, None] + query_offset - first_row, width == k + 1)
     metric_obj = get_metric(metric, p)
     if metric_obj.name in _FLOAT64_ORDER:
         # the pair's float64 exact score: the order one process gives such searches
@@ -106,6 +101,16 @@ def _search_shard(shard, queries, k: int, first_row: int, exclude_self: bool, me
     index = np.where(kept, np.take_along_axis(index, order, 1) + first_row, -1)
     dist = np.where(kept, np.take_along_axis(dist, order, 1), np.inf).astype(dist.dtype)
     return keys, index.astype(np.int64), dist
+
+
+def _keep_others(index: np.ndarray, own: np.ndarray, searched_extra: bool) -> np.ndarray:
+    """Mask of listed neighbours other than each row's own point (``own``: its local row); where it is not
+    listed and one extra neighbour was searched, the last one goes instead."""
+    is_own = index == own
+    keep = ~is_own
+    if searched_extra:
+        keep[~is_own.any(1), -1] = False
+    return keep
 
 
 def _merge(a, b, k: int):
@@ -125,13 +130,18 @@ def _computed(client, block):
     return client.compute(delayed(np.asarray, pure=False)(block))
 
 
-def _tree_merge(client, parts, k: int):
-    held = list(parts)  # every future stays referenced until the end: a released input can be lost under a dependent
+def tree_reduce(client, parts: list, combine, *args):
+    """``combine`` applied pairwise over the futures ``parts`` in a tree on the cluster; the result (None if none).
+
+    ``combine(a, b, *args)`` must be associative. Every future stays referenced until the end: an
+    input released while a dependent waits for it can be lost to the dependent.
+    """
+    held = list(parts)
     while len(parts) > 1:
-        paired = [client.submit(_merge, parts[i], parts[i + 1], k, pure=False) for i in range(0, len(parts) - 1, 2)]
+        paired = [client.submit(combine, parts[i], parts[i + 1], *args, pure=False) for i in range(0, len(parts) - 1, 2)]
         held.extend(paired)
         parts = paired + ([parts[-1]] if len(parts) % 2 else [])
-    result = parts[0].result()
+    result = parts[0].result() if parts else None
     del held
     return result
 
@@ -145,11 +155,7 @@ def _search_block(ref, queries, k, exclude_from, metric, p, device, working_memo
     # an all-kNN block: the whole search once per block would redo every block; search k + 1 and drop each row itself
     dist, index = kneighbors(ref, queries, min(k + 1, ref.shape[0]), metric=metric, p=p, device=device,
                              working_memory=working_memory)
-    own = np.arange(queries.shape[0])[:, None] + exclude_from
-    is_own = index == own
-    drop = np.where(is_own.any(1), is_own.argmax(1), index.shape[1] - 1)
-    keep = np.ones(index.shape, dtype=bool)
-    keep[np.arange(len(keep)), drop] = False
+    keep = _keep_others(index, np.arange(queries.shape[0])[:, None] + exclude_from, True)
     return dist[keep].reshape(len(keep), -1)[:, :k], index[keep].reshape(len(keep), -1)[:, :k]
 
 
@@ -221,7 +227,7 @@ def kneighbors(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p=
             batch = client.scatter(queries[q0 : q0 + batch_rows], broadcast=True, hash=False)
             parts = [client.submit(_search_shard, shard, batch, k, first_row, exclude_self, pure=False,
                                    query_offset=q0, **common) for first_row, shard in shards]
-            _, index, dist = _tree_merge(client, parts, k)
+            _, index, dist = tree_reduce(client, parts, _merge, k)
             found_index.append(index)
             found_dist.append(dist)
             del batch, parts

@@ -38,7 +38,7 @@ from ..core.triton.rerank import (RERANK_KERNEL_AVAILABLE, RERANK_MAX_FEATURES, 
 
 from ._duplicates import DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
 from ._magnitude import arithmetic, magnitudes
-from ._float64_order import FLOAT64_ORDER_METRICS, Float64Tiles, certified_rows, needs_float64_order, rescore, sort_rows
+from ._float64_order import FLOAT64_ORDER_METRICS, Float64Tiles, certified_rows, needs_float64_order, rescore
 
 __all__ = ["knn_search", "candidate_count", "fused_unsupported", "choose_backend"]
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import torch
 
 from ..core.distance import Metric
-from ..core.select import sort_by_score_then_index
 from ..core.tiles import iter_row_chunks
 
 __all__ = ["FLOAT64_ORDER_METRICS", "float32_scores_exact", "exact_for_range", "needs_float64_order", "rescore", "certified_rows",
@@ -106,8 +105,3 @@ class Float64Tiles:
     def raw_tiles(self):
         for start, chunk in iter_row_chunks(self.ref, self.rows_per_tile, self.device):
             yield start, chunk.double()
-
-
-def sort_rows(scores: torch.Tensor, index: torch.Tensor):
-    """Each row sorted by (score, index)."""
-    return sort_by_score_then_index(scores, index)

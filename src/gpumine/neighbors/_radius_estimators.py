@@ -11,7 +11,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import torch
 from sklearn.base import ClassifierMixin, RegressorMixin, TransformerMixin
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import check_classification_targets
