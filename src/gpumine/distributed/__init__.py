@@ -9,4 +9,12 @@ from ._counting import CategoricalNB
 from ._knn import NearestNeighbors, kneighbors
 from ._outliers import LocalOutlierFactor, top_n_outliers
 
-__all__ = ["kneighbors", "NearestNeighbors", "LocalOutlierFactor", "top_n_outliers", "CategoricalNB", "local_cluster"]
+__all__ = ["kneighbors", "NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor", "LocalOutlierFactor",
+           "top_n_outliers", "CategoricalNB", "local_cluster"]
+
+from .._lazy import lazy_exports
+
+# the kNN estimators need scikit-learn (about a second to import): loaded on first use
+_LAZY = {"KNeighborsClassifier": "._estimators", "KNeighborsRegressor": "._estimators"}
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -67,7 +67,7 @@ def _as_numpy(X):
 
 
 def _search_shard(shard, queries, k: int, first_row: int, exclude_self: bool, metric: str, p, device, working_memory,
-                  query_offset: int = 0):
+                  query_offset: int = 0, backend=None, precision: str = "exact"):
     """A shard's top k of every query: (keys, global indices, reported distances), padded with (inf, -1, inf).
 
     ``query_offset``: the global row of ``queries[0]`` (an all-kNN's query batch).
@@ -81,7 +81,8 @@ def _search_shard(shard, queries, k: int, first_row: int, exclude_self: bool, me
     shard = np.asarray(shard)
     n_rows, n_query = shard.shape[0], queries.shape[0]
     width = min(k + 1 if exclude_self else k, n_rows)
-    dist, index = kneighbors(shard, queries, width, metric=metric, p=p, device=device, working_memory=working_memory)
+    dist, index = kneighbors(shard, queries, width, metric=metric, p=p, device=device, working_memory=working_memory,
+                             backend=backend, precision=precision)
     dist, index = np.asarray(dist), np.asarray(index)
     keep = np.ones(index.shape, dtype=bool)
     if exclude_self:  # query i is global row query_offset + i
@@ -146,21 +147,22 @@ def tree_reduce(client, parts: list, combine, *args):
     return result
 
 
-def _search_block(ref, queries, k, exclude_from, metric, p, device, working_memory):
+def _search_block(ref, queries, k, exclude_from, metric, p, device, working_memory, backend=None, precision="exact"):
     """Replicate mode: all references, a block of queries (``exclude_from``: the block's first row in an all-kNN)."""
     from gpumine.neighbors import kneighbors
 
+    common = dict(metric=metric, p=p, device=device, working_memory=working_memory, backend=backend, precision=precision)
     if exclude_from is None:
-        return kneighbors(ref, queries, k, metric=metric, p=p, device=device, working_memory=working_memory)
+        return kneighbors(ref, queries, k, **common)
     # an all-kNN block: the whole search once per block would redo every block; search k + 1 and drop each row itself
-    dist, index = kneighbors(ref, queries, min(k + 1, ref.shape[0]), metric=metric, p=p, device=device,
-                             working_memory=working_memory)
+    dist, index = kneighbors(ref, queries, min(k + 1, ref.shape[0]), **common)
     keep = _keep_others(index, np.arange(queries.shape[0])[:, None] + exclude_from, True)
     return dist[keep].reshape(len(keep), -1)[:, :k], index[keep].reshape(len(keep), -1)[:, :k]
 
 
 def kneighbors(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p=None, mode: str = "auto", client=None,
-               device="auto", working_memory=None, return_distance: bool = True, batch_rows: int | None = None):
+               device="auto", working_memory=None, return_distance: bool = True, batch_rows: int | None = None,
+               backend=None, precision: str = "exact"):
     """Exact k nearest neighbours on a Dask cluster: the same answer as :func:`gpumine.neighbors.kneighbors`.
 
     Parameters
@@ -170,9 +172,10 @@ def kneighbors(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p=
     X_query : same kinds, optional
         The queries (``None``: the references themselves, each point excluded
         from its own list). They are broadcast to every worker.
-    k, metric, p, device, working_memory
+    k, metric, p, device, working_memory, backend, precision
         As :func:`gpumine.neighbors.kneighbors`; ``device`` is resolved on each
-        worker ("auto": its GPU when it has one).
+        worker ("auto": its GPU when it has one). ``backend`` and ``precision``
+        change the speed only, never the answer.
     mode : {"auto", "shard", "replicate"}
         See the module docstring.
     client : distributed.Client, optional
@@ -187,6 +190,15 @@ def kneighbors(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p=
     distances, indices : NumPy arrays (n_queries, k), or dask arrays when the queries were one
         Indices are global rows of ``X_ref``.
     """
+    dist, index = _kneighbors_arrays(X_ref, X_query, k, metric=metric, p=p, mode=mode, client=client, device=device,
+                                     working_memory=working_memory, batch_rows=batch_rows, backend=backend,
+                                     precision=precision)
+    return _outputs(dist, index, X_ref if X_query is None else X_query, return_distance)
+
+
+def _kneighbors_arrays(X_ref, X_query, k, *, metric, p, mode, client, device, working_memory, batch_rows, backend,
+                       precision):
+    """:func:`kneighbors`'s search: (distances, indices) as NumPy arrays whatever the inputs' kinds."""
     if mode not in ("auto", "shard", "replicate"):
         raise ValueError(f"mode must be 'auto', 'shard' or 'replicate'; got {mode!r}")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
@@ -203,7 +215,7 @@ def kneighbors(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p=
     ref_bytes = int(np.prod(queries.shape[1:], dtype=np.int64)) * n_ref * queries.itemsize
     if mode == "auto":
         mode = "replicate" if ref_bytes <= REPLICATE_MAX_BYTES else "shard"
-    common = dict(metric=metric, p=p, device=device, working_memory=working_memory)
+    common = dict(metric=metric, p=p, device=device, working_memory=working_memory, backend=backend, precision=precision)
     if mode == "replicate":
         ref = _as_numpy(X_ref)
         ref_future = client.scatter(ref, broadcast=True, hash=False)
@@ -234,7 +246,7 @@ def kneighbors(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p=
         del shards
         index = np.concatenate(found_index) if found_index else np.zeros((0, k), np.int64)
         dist = np.concatenate(found_dist) if found_dist else np.zeros((0, k), queries.dtype)
-    return _outputs(dist, index, X_ref if exclude_self else X_query, return_distance)
+    return dist, index
 
 
 def _outputs(dist, index, like, return_distance):
