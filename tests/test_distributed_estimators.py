@@ -1,4 +1,4 @@
-"""gpumine.distributed's kNN estimators against one process: equal arrays, whatever the partitioning."""
+"""gpumine.distributed's kNN estimators and itemsets against one process: equal arrays, whatever the partitioning."""
 
 import numpy as np
 import pytest
@@ -6,10 +6,12 @@ import pytest
 distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
 dd = pytest.importorskip("dask.dataframe")
+db = pytest.importorskip("dask.bag")
 
 import pandas as pd  # noqa: E402
 
 from gpumine import distributed as gd  # noqa: E402
+from gpumine.counting import frequent_itemsets  # noqa: E402
 from gpumine.neighbors import KNeighborsClassifier, KNeighborsRegressor  # noqa: E402
 
 
@@ -183,3 +185,72 @@ def test_parameters_are_the_single_process_ones_plus_mode_and_client():
     assert set(many) == set(one) | {"mode", "client"}
     assert {k: many[k] for k in one} == {k: v for k, v in one.items()}
     assert set(gd.KNeighborsRegressor().get_params()) == set(KNeighborsRegressor().get_params()) | {"mode", "client"}
+
+
+# -- frequent itemsets by count distribution ----------------------------------------------------------------------
+
+
+def _transactions(n=120, items=7, seed=0):
+    """Correlated one-hot rows: many itemsets near the support threshold, duplicate rows."""
+    rng = np.random.default_rng(seed)
+    base = rng.random((n, items)) < 0.45
+    base[:, 1] |= base[:, 0] & (rng.random(n) < 0.7)
+    base[:, 2] |= base[:, 1] & (rng.random(n) < 0.6)
+    return base
+
+
+def _same_itemsets(got, want):
+    pd.testing.assert_frame_equal(got, want)
+    assert list(got["itemsets"]) == list(want["itemsets"])  # same order
+    assert np.array_equal(got["support"].to_numpy(), want["support"].to_numpy())
+
+
+@pytest.mark.parametrize("chunks", [(3, 60, 1, 56), 120])
+@pytest.mark.parametrize("min_support", [0.05, 0.25, 30 / 120])  # 30/120: supports exactly at the threshold
+def test_itemsets_of_a_chunked_table_equal_one_process(client, chunks, min_support):
+    X = _transactions()
+    want = frequent_itemsets(X, min_support, device="cpu")
+    _same_itemsets(gd.frequent_itemsets(da.from_array(X, chunks=(chunks, -1)), min_support, device="cpu",
+                                        client=client), want)
+
+
+def test_itemsets_of_frames_baskets_and_bags_equal_one_process(client):
+    X = _transactions(seed=1)
+    frame = pd.DataFrame(X, columns=[f"i{j}" for j in range(X.shape[1])])
+    for use_colnames in (None, True):
+        want = frequent_itemsets(frame, 0.1, use_colnames=use_colnames, max_len=3, device="cpu")
+        _same_itemsets(gd.frequent_itemsets(dd.from_pandas(frame, npartitions=5), 0.1, use_colnames=use_colnames,
+                                            max_len=3, device="cpu", client=client), want)
+        _same_itemsets(gd.frequent_itemsets(frame, 0.1, use_colnames=use_colnames, max_len=3, device="cpu",
+                                            client=client), want)
+    baskets = [[f"item{j}" for j in np.flatnonzero(row)] for row in X]
+    baskets[3] = []  # an empty basket
+    baskets[5] = baskets[5] + ["rare", "rare"]  # a repeated item counts once
+    want = frequent_itemsets(baskets, 0.1, device="cpu")
+    _same_itemsets(gd.frequent_itemsets(baskets, 0.1, device="cpu", client=client), want)
+    bag = db.from_sequence(baskets, partition_size=13)  # uneven partitions, items first seen in different ones
+    _same_itemsets(gd.frequent_itemsets(bag, 0.1, device="cpu", client=client), want)
+    _same_itemsets(gd.frequent_itemsets(bag, 0.1, use_colnames=False, device="cpu", client=client),
+                   frequent_itemsets(baskets, 0.1, use_colnames=False, device="cpu"))
+
+
+def test_itemset_counts_are_exact_integers_for_any_partitioning(client):
+    # every partitioning sums to the same integer counts: supports are count / n bit for bit
+    X = _transactions(n=200, items=6, seed=2)
+    want = frequent_itemsets(X, 0.02, device="cpu")
+    for chunks in [(1,) * 8 + (192,), (50, 0, 150)]:  # single rows, an empty chunk
+        got = gd.frequent_itemsets(da.from_array(X, chunks=(chunks, -1)), 0.02, device="cpu", client=client)
+        _same_itemsets(got, want)
+        assert np.array_equal(np.rint(got["support"].to_numpy() * 200).astype(int) / 200, got["support"].to_numpy())
+
+
+def test_itemset_errors_are_the_single_process_ones(client):
+    X = _transactions(n=10)
+    with pytest.raises(ValueError, match="min_support must be in"):
+        gd.frequent_itemsets(X, 0.0, client=client)
+    with pytest.raises(ValueError, match="max_len"):
+        gd.frequent_itemsets(X, 0.5, max_len=0, client=client)
+    with pytest.raises(ValueError, match="only 0/1 or booleans"):
+        gd.frequent_itemsets(da.from_array(X * 2, chunks=(3, -1)), 0.5, device="cpu", client=client)
+    with pytest.raises(ValueError, match="empty"):
+        gd.frequent_itemsets(da.zeros((0, 4), chunks=(1, -1), dtype=bool), 0.5, device="cpu", client=client)
