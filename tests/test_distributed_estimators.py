@@ -254,3 +254,33 @@ def test_itemset_errors_are_the_single_process_ones(client):
         gd.frequent_itemsets(da.from_array(X * 2, chunks=(3, -1)), 0.5, device="cpu", client=client)
     with pytest.raises(ValueError, match="empty"):
         gd.frequent_itemsets(da.zeros((0, 4), chunks=(1, -1), dtype=bool), 0.5, device="cpu", client=client)
+
+
+# -- the command line ------------------------------------------------------------------------------------------------
+
+
+def test_knn_command_on_a_local_cluster_of_n_workers(client, tmp_path, monkeypatch, capsys):
+    from gpumine.cli import main
+    from gpumine.neighbors import kneighbors
+
+    started = []
+    real = gd.local_cluster
+
+    def threads(n_workers=None, **kwargs):  # thread workers: no process start-up in the test
+        started.append(n_workers)
+        return real(n_workers, gpus=False, processes=False, dashboard_address=":0", **kwargs)
+
+    monkeypatch.setattr(gd, "local_cluster", threads)
+    X = _grid(60, seed=12)[0]
+    pd.DataFrame(X, columns=["a", "b", "c"]).to_csv(tmp_path / "x.csv", index=False)
+    assert main(["knn", str(tmp_path / "x.csv"), "-k", "4", "--device", "cpu", "--workers", "2",
+                 "-o", str(tmp_path / "n.csv")]) == 0
+    assert started == [2] and "dask 2 local workers" in capsys.readouterr().err
+    got = pd.read_csv(tmp_path / "n.csv")
+    np.testing.assert_array_equal(got[[f"index_{j}" for j in range(4)]].to_numpy(), kneighbors(X, k=4, device="cpu")[1])
+    for bad in (["--workers", "2", "--scheduler", client.scheduler.address], ["--workers", "0"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["knn", str(tmp_path / "x.csv"), "-k", "4", *bad])
+        assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "not allowed with argument" in err and "must be a positive integer; got 0" in err

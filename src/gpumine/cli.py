@@ -14,7 +14,7 @@ import platform
 import sys
 import time
 
-from ._cli_args import add_device_options, header_choice
+from ._cli_args import add_device_options, header_choice, positive_int
 from ._cli_errors import EXPECTED_ERRORS, explain
 from ._cli_args import label_column as parse_label_column
 
@@ -44,9 +44,13 @@ def _add_knn(sub) -> None:
     p.add_argument("--label-column", default=None, help="label column of TRAIN (index, negative from the end, or header name)")
     p.add_argument("--task", default="auto", choices=["auto", "classify", "regress", "neighbors"])
     p.add_argument("--weights", default="uniform", choices=["uniform", "distance"])
-    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                   help="run the neighbour search on this Dask cluster (e.g. tcp://host:8786; needs gpumine[dask]): "
-                        "the references are sharded over its workers, the answer is the same")
+    cluster = p.add_mutually_exclusive_group()  # --scheduler ADDRESS or --workers N, not both
+    cluster.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                         help="run the neighbour search on this Dask cluster (e.g. tcp://host:8786; needs "
+                              "gpumine[dask]): the references are sharded over its workers, the answer is the same")
+    cluster.add_argument("--workers", type=positive_int, default=None, metavar="N",
+                         help="as --scheduler, on a local Dask cluster of N workers started for this run (one per "
+                              "GPU when there are GPUs; needs gpumine[dask]); not with --scheduler")
     p.add_argument("--radius", type=float, default=None, metavar="R",
                    help="every neighbour within distance R instead of the k nearest: neighbours come out one "
                         "(query, index, distance) row per pair; classify/regress vote or average within R")
@@ -123,7 +127,7 @@ def _run_knn(args) -> int:
         columns = {"query": np.repeat(np.arange(len(index)), counts),
                    "index": np.concatenate(list(index)) if len(index) else np.zeros(0, np.int64),
                    "distance": np.concatenate(list(dist)) if len(dist) else np.zeros(0)}
-    elif task == "neighbors" and args.scheduler is not None:
+    elif task == "neighbors" and (args.scheduler is not None or args.workers is not None):
         dist, index, model = _distributed_knn(args, X_train, X_query, common)
         columns = {"index": index, "distance": dist}
     elif task == "neighbors":
@@ -165,24 +169,33 @@ def _run_knn(args) -> int:
 
 
 def _distributed_knn(args, X_train, X_query, common):
-    """``gpumine knn --scheduler``: the search on a Dask cluster (same neighbours as one process)."""
+    """``gpumine knn --scheduler`` / ``--workers``: the search on a Dask cluster (same neighbours as one process)."""
+    import contextlib
     import types
 
     try:
         from distributed import Client
     except ImportError:
-        raise UsageError("--scheduler needs Dask: pip install 'gpumine[dask]'") from None
+        raise UsageError(f"{'--scheduler' if args.workers is None else '--workers'} needs Dask: "
+                         "pip install 'gpumine[dask]'") from None
     from .distributed import NearestNeighbors as DaskNearestNeighbors
 
+    flag = "--scheduler" if args.workers is None else "--workers"
     if args.radius is not None or args.tune or args.precision != "exact":
-        raise UsageError("--scheduler runs the k-nearest search only (no --radius, --tune or --precision)")
-    with Client(args.scheduler) as client:
+        raise UsageError(f"{flag} runs the k-nearest search only (no --radius, --tune or --precision)")
+    with contextlib.ExitStack() as stack:
+        if args.workers is not None:
+            from .distributed import local_cluster
+
+            cluster = stack.enter_context(local_cluster(args.workers))
+        client = stack.enter_context(Client(args.scheduler if args.workers is None else cluster))
         p = common["p"] if common["metric"] == "minkowski" else None
         model = DaskNearestNeighbors(common["n_neighbors"], metric=common["metric"], p=p, client=client,
                                      device=common["device"], working_memory=common["working_memory"]).fit(X_train)
         dist, index = model.kneighbors(X_query)
     metric = common["metric"] if common["metric"] != "minkowski" or common["p"] != 2 else "euclidean"
-    return dist, index, types.SimpleNamespace(effective_metric_=metric, device_=f"dask {args.scheduler}")
+    where = args.scheduler if args.workers is None else f"{args.workers} local workers"
+    return dist, index, types.SimpleNamespace(effective_metric_=metric, device_=f"dask {where}")
 
 
 def _tune_knn(args, X_train, X_query) -> None:

@@ -31,7 +31,8 @@ def local_cluster(n_workers: int | None = None, *, gpus: bool | None = None, **k
 
     With GPUs (``gpus=None``: when there are any), dask-cuda's ``LocalCUDACluster``
     when it is installed, else one Nanny per GPU with its own
-    ``CUDA_VISIBLE_DEVICES`` (a ``SpecCluster``). Without, a ``LocalCluster`` of
+    ``CUDA_VISIBLE_DEVICES`` (a ``SpecCluster``); ``n_workers`` takes the first
+    ``n_workers`` GPUs. Without, a ``LocalCluster`` of
     ``n_workers`` single-threaded processes (default: the CPU count). Call it
     before anything creates a CUDA context in this process. ``kwargs`` go to the
     cluster class. Use it as ``with local_cluster() as cluster, Client(cluster): ...``.
@@ -47,6 +48,8 @@ def local_cluster(n_workers: int | None = None, *, gpus: bool | None = None, **k
         try:
             from dask_cuda import LocalCUDACluster
 
+            if n_workers is not None:  # the first n_workers GPUs
+                kwargs.setdefault("n_workers", n_workers)
             return LocalCUDACluster(**kwargs)
         except ImportError:
             pass
