@@ -15,7 +15,10 @@ import pandas as pd
 import pytest
 import torch
 
-from gpumine.counting._c45 import _LN2, _SMALL, C45Classifier, _Columns, _lnf, _LnfTable, _ratio
+from gpumine.counting.tree import C45Classifier
+from gpumine.counting.tree._encoding import _Columns
+from gpumine.counting.tree._estimates import _SMALL
+from gpumine.counting.tree._split_search import _LN2, _lnf, _LnfTable, _ratio
 from gpumine.counting._ops import level_offsets
 
 

@@ -17,8 +17,9 @@ import pandas as pd
 import pytest
 import torch
 
-from gpumine.counting import _c45
-from gpumine.counting._c45 import C45Classifier, _Columns, _LnfTable
+from gpumine.counting.tree import C45Classifier, _encoding, _pruning_whole, _split_search
+from gpumine.counting.tree._encoding import _Columns
+from gpumine.counting.tree._split_search import _LnfTable
 from gpumine.counting._ops import level_offsets
 from gpumine.data import make_poker_hands
 from test_c45_vectorised_raising_equals_the_j48_recursion import _assert_same
@@ -56,12 +57,12 @@ def boxed(monkeypatch):
     """The encoding before the fast paths: every column boxed (as ``X.to_numpy(dtype=object)`` gives it), values
     and codes by sorting and per-element lookup, labels by ``np.unique``."""
     def apply():
-        monkeypatch.setattr(_c45._FrameColumns, "column", lambda self, j: (
+        monkeypatch.setattr(_encoding._FrameColumns, "column", lambda self, j: (
             lambda col: col if self._rows is None else col[self._rows])(self._frame.iloc[:, j].to_numpy(dtype=object)))
-        monkeypatch.setattr(_c45._FrameColumns, "string_codes", lambda self, j: None)
-        monkeypatch.setattr(_c45, "_str_codes", lambda known: None)
-        monkeypatch.setattr(_c45, "_float_codes", lambda known: None)
-        monkeypatch.setattr(_c45, "_only_str", lambda x: False)
+        monkeypatch.setattr(_encoding._FrameColumns, "string_codes", lambda self, j: None)
+        monkeypatch.setattr(_encoding, "_str_codes", lambda known: None)
+        monkeypatch.setattr(_encoding, "_float_codes", lambda known: None)
+        monkeypatch.setattr(_encoding, "_only_str", lambda x: False)
     return apply
 
 
@@ -92,7 +93,7 @@ def test_frame_columns_encode_as_the_object_matrix():
     X, _ = _frame(7)
     nominal = np.array([c in ("s_obj", "s_str", "cat", "i") for c in X.columns])
     numeric = np.array([pd.api.types.is_numeric_dtype(X[c]) for c in X.columns])
-    frame = _c45._FrameColumns(X, numeric)
+    frame = _encoding._FrameColumns(X, numeric)
     frame.nominal = nominal
     got = _Columns(frame, nominal, 256, list(X.columns))
     want = _Columns(X.to_numpy(dtype=object), nominal, 256, list(X.columns))
@@ -102,20 +103,20 @@ def test_frame_columns_encode_as_the_object_matrix():
 def test_hashed_codes_equal_sorted_ones():
     rng = np.random.default_rng(3)
     x = rng.integers(0, 50, 5000) / 7.0
-    vals, codes = _c45._float_codes(x)
+    vals, codes = _encoding._float_codes(x)
     np.testing.assert_array_equal(vals, np.unique(x))
     np.testing.assert_array_equal(codes, np.searchsorted(np.unique(x), x))
-    assert _c45._float_codes(np.array([1.0, -0.0, 0.0])) is None
-    assert _c45._float_codes(np.array([1, 2])) is None
+    assert _encoding._float_codes(np.array([1.0, -0.0, 0.0])) is None
+    assert _encoding._float_codes(np.array([1, 2])) is None
     s = rng.choice(np.array(["b", "a", "B", "é", "", "aa"], dtype=object), 2000)
-    vals, codes = _c45._str_codes(s)
-    want = _c45._sorted_unique(s)
+    vals, codes = _encoding._str_codes(s)
+    want = _encoding._sorted_unique(s)
     assert list(vals) == list(want)
     np.testing.assert_array_equal(vals[codes], s)
-    assert _c45._str_codes(np.array(["a", 1], dtype=object)) is None
-    assert _c45._str_codes(np.array([np.str_("a")], dtype=object)) is None
+    assert _encoding._str_codes(np.array(["a", 1], dtype=object)) is None
+    assert _encoding._str_codes(np.array([np.str_("a")], dtype=object)) is None
     labels = rng.choice(np.array(["normal.", "smurf.", "back."], dtype=object), 300)
-    got, want = _c45._classes(labels), np.unique(labels, return_inverse=True)
+    got, want = _encoding._classes(labels), np.unique(labels, return_inverse=True)
     assert got[0].dtype == want[0].dtype and list(got[0]) == list(want[0])
     np.testing.assert_array_equal(got[1], want[1])
 
@@ -123,7 +124,7 @@ def test_hashed_codes_equal_sorted_ones():
 @pytest.mark.parametrize("bound", [7, 1 << 16, 431_000, 1 << 32])
 def test_stable_order_is_argsort(bound):
     key = np.random.default_rng(bound % 97).integers(0, bound, 20_000)
-    np.testing.assert_array_equal(_c45._stable_order(key, bound), np.argsort(key, kind="stable"))
+    np.testing.assert_array_equal(_pruning_whole._stable_order(key, bound), np.argsort(key, kind="stable"))
 
 
 def _levels_data(seed, n=3000):
@@ -151,7 +152,7 @@ def test_padded_groups_select_as_exact_groups(minobj):
     total = tot.sum(1)
     counted = torch.ones(len(cols.n_known), dtype=torch.bool)
     lnf = _LnfTable(int(counts.sum()), torch.device("cpu"))
-    exact = _c45._AttrGroups(groups.exact, groups.exact, groups.pick)
+    exact = _split_search._AttrGroups(groups.exact, groups.exact, groups.pick)
     want = tree._select_sub(counts, tot, total, L_off, counted, C, minobj, lnf, exact)
     got = tree._select_sub(counts, tot, total, L_off, counted, C, minobj, lnf, groups)
     torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
@@ -166,7 +167,7 @@ def test_padded_groups_select_as_exact_groups(minobj):
 def test_padded_groups_leave_the_tree_unchanged(monkeypatch):
     X, y = _levels_data(2, n=6000)
     merged = C45Classifier(device="cpu", categorical_features=[9], min_samples_leaf=1).fit(X, y)
-    monkeypatch.setattr(_c45, "MERGE_LEVELS_RATIO", 1.0)
+    monkeypatch.setattr(_split_search, "MERGE_LEVELS_RATIO", 1.0)
     exact = C45Classifier(device="cpu", categorical_features=[9], min_samples_leaf=1).fit(X, y)
     assert merged.n_nodes_ > 30
     _assert_same(merged, exact, X)
@@ -178,12 +179,12 @@ def test_estimates_within_rounding_decide_as_the_nested_sums(monkeypatch, cats):
     sums, the recursion's) give one tree."""
     X, y = make_poker_hands(40_000, seed=8)
     trees = {}
-    for slack in (_c45.BRANCH_SLACK, 0.0, 1e300):
-        monkeypatch.setattr(_c45, "BRANCH_SLACK", slack)
+    for slack in (_pruning_whole.BRANCH_SLACK, 0.0, 1e300):
+        monkeypatch.setattr(_pruning_whole, "BRANCH_SLACK", slack)
         trees[slack] = C45Classifier(device="cpu", categorical_features=cats).fit(X, y)
     assert trees[0.0].n_nodes_ > 100
     for slack in (0.0, 1e300):
-        _assert_same(trees[slack], trees[_c45.BRANCH_SLACK], X[:5000])
+        _assert_same(trees[slack], trees[_pruning_whole.BRANCH_SLACK], X[:5000])
 
 
 def test_lower_quantiles_from_counts_equal_numpy():
@@ -192,7 +193,7 @@ def test_lower_quantiles_from_counts_equal_numpy():
     for x in (rng.integers(0, 5000, 20011) / 3.0, rng.normal(size=999), np.repeat([1.0, 2.0, 7.5], [5, 1, 300]),
               np.array([4.0])):
         vals, codes = np.unique(x, return_inverse=True)
-        np.testing.assert_array_equal(_c45._lower_quantiles(vals, codes, q), np.quantile(x, q, method="lower"))
+        np.testing.assert_array_equal(_encoding._lower_quantiles(vals, codes, q), np.quantile(x, q, method="lower"))
 
 
 def _int_matrix(rng, n=4000):
@@ -223,10 +224,10 @@ def test_integer_matrix_encodes_as_its_floats(monkeypatch, dtype, wide):
         assert (got._matrix is None) == wide
         codes = got.encode_train(X)
         assert codes.dtype == np.int32 and codes.flags.c_contiguous and got._matrix is None
-        monkeypatch.setattr(_c45, "_small_int_matrix_codes", lambda X: None)
-        monkeypatch.setattr(_c45, "_lower_quantiles", lambda *a: pytest.fail("binned by partitioning here"))
-        monkeypatch.setattr(_c45, "_small_int_codes", lambda known: None)
-        monkeypatch.setattr(_c45, "_float_codes", lambda known: None)
+        monkeypatch.setattr(_encoding, "_small_int_matrix_codes", lambda X: None)
+        monkeypatch.setattr(_encoding, "_lower_quantiles", lambda *a: pytest.fail("binned by partitioning here"))
+        monkeypatch.setattr(_encoding, "_small_int_codes", lambda known: None)
+        monkeypatch.setattr(_encoding, "_float_codes", lambda known: None)
         want = _Columns(X.astype(np.float64), nominal, 256, list("abcd"))
         monkeypatch.undo()
         np.testing.assert_array_equal(codes, want.encode_train(X.astype(np.float64)))
@@ -269,15 +270,15 @@ def test_integer_matrix_codes_on_a_device_equal_the_host_counting(dtype, wide):
             pytest.skip("no range of this type is too wide for one count table")
         X[0, 3] = 10**6  # one column's range spans too much for one count table
     X = X.astype(dtype)
-    want = _c45._small_int_matrix_codes(X)
+    want = _encoding._small_int_matrix_codes(X)
     assert (want is None) == wide
-    got = _c45._small_int_matrix_codes_cuda(X, torch.device("cpu"))
+    got = _encoding._small_int_matrix_codes_cuda(X, torch.device("cpu"))
     assert (got is None) == (want is None)
     if want is not None:
         assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(got[0], want[0]))
         assert got[1].dtype == want[1].dtype == np.int32 and np.array_equal(got[1], want[1])
     if torch.cuda.is_available():
-        on_gpu = _c45._small_int_matrix_codes_cuda(X, torch.device("cuda"))
+        on_gpu = _encoding._small_int_matrix_codes_cuda(X, torch.device("cuda"))
         assert (on_gpu is None) == (want is None)
         if want is not None:
             assert np.array_equal(on_gpu[1], want[1]) and all(np.array_equal(a, b) for a, b in zip(on_gpu[0], want[0]))

@@ -11,8 +11,8 @@ block sizes and the sort, on numeric, nominal and mixed data, with rows padded o
 import numpy as np
 import pytest
 
-from gpumine.counting import _c45
-from gpumine.counting._c45 import _WholeEstimates, _add_errors_exact
+from gpumine.counting.tree import _estimates, _pruning_whole
+from gpumine.counting.tree._estimates import _WholeEstimates, _add_errors_exact
 from test_c45_vectorised_raising_equals_the_j48_recursion import _assert_same, _fit
 from test_c45_whole_count_paths_equal_the_general_ones import _whole_dataset
 
@@ -44,7 +44,7 @@ def test_routing_stride_leaves_the_tree_as_the_recursion(monkeypatch, stride, ca
     X, y, kw = _whole_dataset(seed)
     if cats != "mixed":
         kw = dict(kw, categorical_features=[] if cats == "numeric" else "all")
-    monkeypatch.setattr(_c45, "ROUTE_STRIDE", stride)
+    monkeypatch.setattr(_pruning_whole, "ROUTE_STRIDE", stride)
     _assert_same(_fit(X, y, None, kw), _fit(X, y, None, kw, reference=True), X)
 
 
@@ -56,9 +56,9 @@ def test_blocks_and_torch_sort_leave_the_tree_as_the_recursion(monkeypatch, cats
         kw = dict(kw, categorical_features=[] if cats == "numeric" else "all")
     want = _fit(X, y, None, kw, reference=True)
     # blocks of a few rows (many per routing and per estimate), and torch's sort of the rows by leaf
-    monkeypatch.setattr(_c45, "ROUTE_BLOCK", 7)
-    monkeypatch.setattr(_c45, "EST_BLOCK", 5)
-    monkeypatch.setattr(_c45, "TORCH_SORT_MIN", 16)
+    monkeypatch.setattr(_pruning_whole, "ROUTE_BLOCK", 7)
+    monkeypatch.setattr(_estimates, "EST_BLOCK", 5)
+    monkeypatch.setattr(_pruning_whole, "TORCH_SORT_MIN", 16)
     _assert_same(_fit(X, y, None, kw), want, X)
 
 
@@ -77,7 +77,7 @@ def test_unpadded_wide_rows_leave_the_tree_as_the_recursion(cats):
 def test_stable_sort_is_argsort(bound):
     key = np.random.default_rng(bound % 89).integers(0, bound, 70_000)
     for k in (key, key.astype(np.int32)):
-        order, sorted_key = _c45._stable_sort(k, bound)
+        order, sorted_key = _pruning_whole._stable_sort(k, bound)
         want = np.argsort(k, kind="stable")
         np.testing.assert_array_equal(order, want)
         np.testing.assert_array_equal(sorted_key, k[want])

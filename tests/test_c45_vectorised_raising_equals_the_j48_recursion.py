@@ -10,13 +10,8 @@ import types
 import numpy as np
 import pytest
 
-from gpumine.counting._c45 import (
-    _SMALL,
-    C45Classifier,
-    _add_errors_exact,
-    _pairwise_rows,
-    add_errors,
-)
+from gpumine.counting.tree import C45Classifier
+from gpumine.counting.tree._estimates import _SMALL, _add_errors_exact, _pairwise_rows, add_errors
 
 
 def _reference_prune_raising(self, codes, y, w):

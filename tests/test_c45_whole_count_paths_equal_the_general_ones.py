@@ -13,8 +13,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from gpumine.counting import _c45
-from gpumine.counting._c45 import C45Classifier
+from gpumine.counting.tree import C45Classifier, _encoding, _growth
 from gpumine.data import make_poker_hands
 from test_c45_vectorised_raising_equals_the_j48_recursion import _assert_same, _fit
 
@@ -94,9 +93,9 @@ def test_sibling_subtraction_leaves_the_tree_unchanged(monkeypatch, case):
         if case == "weighted":
             w = np.random.default_rng(8).integers(1, 4, len(y)) * 0.5
     used = []
-    plan = _c45._sibling_plan
-    monkeypatch.setattr(_c45, "SIBLING_MIN_SAVED", 0.0)  # derive wherever it saves a row: the most derived tables
-    monkeypatch.setattr(_c45, "_sibling_plan", lambda *a, **k: used.append(plan(*a, **k)) or used[-1])
+    plan = _growth._sibling_plan
+    monkeypatch.setattr(_growth, "SIBLING_MIN_SAVED", 0.0)  # derive wherever it saves a row: the most derived tables
+    monkeypatch.setattr(_growth, "_sibling_plan", lambda *a, **k: used.append(plan(*a, **k)) or used[-1])
     got = {}
     for flag in (True, False):
         monkeypatch.setattr(C45Classifier, "_sibling_subtraction", flag)
@@ -113,7 +112,7 @@ def test_sibling_plan_derives_the_larger_splittable_child():
     # parents: 0 -> nodes 0-1, 1 -> nodes 2-4, 2 -> nodes 5-6
     split = np.array([True, True, False, True, False, False, True])
     entries = np.array([10.0, 40.0, 5.0, 20.0, 30.0, 3.0, 2.0])
-    plan = _c45._sibling_plan(split, entries, np.array([0, 2, 5]), np.array([2, 3, 2]), np.array([7, 8, 9]))
+    plan = _growth._sibling_plan(split, entries, np.array([0, 2, 5]), np.array([2, 3, 2]), np.array([7, 8, 9]))
     # parent 0: node 1 (40 rows) derived from node 0; parent 1: node 3 (20) is not above its unsplittable siblings'
     # 35 rows; parent 2: node 6 (2) is not above node 5's 3
     assert plan["order"].tolist() == [0, 3, 6, 1]
@@ -121,7 +120,7 @@ def test_sibling_plan_derives_the_larger_splittable_child():
     assert plan["sib_of"].tolist() == [0] and plan["sib_group"].tolist() == [0]
     assert plan["group"].tolist() == [0, 4, 4, 1, 4, 4, 2] and plan["n_groups"] == 5
     assert plan["entries"] == 10 + 20 + 2
-    assert _c45._sibling_plan(split, entries, np.array([0, 2, 5]), np.array([2, 3, 2]), np.array([7, 8, 9]),
+    assert _growth._sibling_plan(split, entries, np.array([0, 2, 5]), np.array([2, 3, 2]), np.array([7, 8, 9]),
                               min_saved=100) is None
 
 
@@ -172,7 +171,7 @@ class _Waits(TorchFunctionMode):
 def test_the_growth_waits_for_the_device_five_times_per_depth(monkeypatch, cf):
     # as on a CUDA device: no sibling subtraction, the scatter count instead of torch.bincount
     monkeypatch.setattr(C45Classifier, "_sibling_subtraction", False)
-    monkeypatch.setattr(_c45, "_bincount", lambda index, size: torch.zeros(size, dtype=torch.int64).scatter_add_(
+    monkeypatch.setattr(_growth, "_bincount", lambda index, size: torch.zeros(size, dtype=torch.int64).scatter_add_(
         0, index, torch.ones_like(index)))
     waits = _Waits()
     grow = C45Classifier._grow
@@ -202,11 +201,11 @@ def test_small_whole_numbers_are_encoded_by_counting_as_by_sorting(monkeypatch):
     X[rng.random(X.shape) < 0.1] = np.nan
     X[:3, 1] = 0.0
     for nominal in (np.zeros(5, dtype=bool), np.array([True, True, False, False, True])):
-        fast = _c45._Columns(X, nominal, 256, list("abcde"))
+        fast = _encoding._Columns(X, nominal, 256, list("abcde"))
         codes = fast.encode_train(X)
         assert set(fast._codes) == set() and fast._source is None  # the found codes were used and let go
-        monkeypatch.setattr(_c45, "_small_int_codes", lambda known: None)
-        slow = _c45._Columns(X, nominal, 256, list("abcde"))
+        monkeypatch.setattr(_encoding, "_small_int_codes", lambda known: None)
+        slow = _encoding._Columns(X, nominal, 256, list("abcde"))
         monkeypatch.undo()
         np.testing.assert_array_equal(codes, slow.encode_train(X))
         for a, b in zip(fast.values, slow.values):
@@ -215,13 +214,13 @@ def test_small_whole_numbers_are_encoded_by_counting_as_by_sorting(monkeypatch):
                 assert a[0] == b[0] and np.array_equal(a[1], b[1])
             else:
                 assert a.dtype == b.dtype and [type(v) for v in a] == [type(v) for v in b] and list(a) == list(b)
-    assert _c45._small_int_codes(np.array([-0.0, 1.0])) is None  # the sign of zero as first seen: general path
-    assert _c45._small_int_codes(np.array([0.5, 1.0])) is None
-    v, c = _c45._small_int_codes(np.array([3.0, -2.0, 3.0, 7.0]))
+    assert _encoding._small_int_codes(np.array([-0.0, 1.0])) is None  # the sign of zero as first seen: general path
+    assert _encoding._small_int_codes(np.array([0.5, 1.0])) is None
+    v, c = _encoding._small_int_codes(np.array([3.0, -2.0, 3.0, 7.0]))
     assert v.tolist() == [-2.0, 3.0, 7.0] and c.tolist() == [1, 0, 1, 2]
     for y in (rng.integers(-3, 5, 50), rng.integers(0, 9, 50).astype(np.uint8), np.array(["b", "a", "b"])):
         want = np.unique(y, return_inverse=True)
-        got = _c45._classes(y)
+        got = _encoding._classes(y)
         assert got[0].dtype == want[0].dtype
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])

@@ -119,7 +119,7 @@ def test_empty_class_labels(command, weather, tmp_path, capsys):
 
 
 def test_too_many_categories(tmp_path, capsys, monkeypatch):
-    import gpumine.counting._c45 as c45
+    import gpumine.counting.tree._encoding as c45
     import gpumine.counting._encode as enc
 
     # the real limit is 32768 levels; a small one keeps the file small

@@ -19,7 +19,7 @@ from gpumine.counting import (
     association_rules,
     frequent_itemsets,
 )
-from gpumine.counting._c45 import _add_errors_vec, add_errors
+from gpumine.counting.tree._estimates import _add_errors_vec, add_errors
 
 # Checks expected to fail, with the reason. A stale entry makes scikit-learn's runner fail.
 EXPECTED_FAILED_CHECKS = {"CategoricalNB": {}, "C45Classifier": {}}
@@ -372,7 +372,7 @@ def test_auto_representation_follows_measured_costs(monkeypatch):
 
 
 def test_too_many_categories_errors_name_the_fix(monkeypatch):
-    import gpumine.counting._c45 as c45
+    import gpumine.counting.tree._encoding as c45
     import gpumine.counting._nb as nb
 
     X = np.array([[0, 1], [5, 0], [2, 1]])

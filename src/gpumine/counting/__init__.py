@@ -52,6 +52,6 @@ __all__ += ["CategoricalNB", "C45Classifier", "frequent_itemsets", "association_
 
 # the estimators need scikit-learn (about a second to import): loaded on first use, so
 # commands that do not count (the streaming CLI) start without it
-_LAZY = {"CategoricalNB": "._nb", "C45Classifier": "._c45"}
+_LAZY = {"CategoricalNB": "._nb", "C45Classifier": ".tree"}
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -252,7 +252,8 @@ def torch_int64():
 def _run_tree(args):
     import time
 
-    from ._c45 import MAX_NOMINAL_VALUES, C45Classifier
+    from .tree import C45Classifier
+    from .tree._encoding import MAX_NOMINAL_VALUES
 
     Xtr, ytr, test = _load_train_test(args)
     cat = args.categorical
@@ -297,7 +298,7 @@ def _run_tree(args):
 
 def _check_tree_categories(model, Xte):
     """Usage error naming the first test value of a nominal column that the training file never had."""
-    from ._c45 import _isna
+    from .tree._encoding import _isna
 
     cols = model._cols
     for j, c in enumerate(Xte.columns):
