@@ -121,3 +121,16 @@ def test_the_knn_command_lists_and_classifies_within_a_radius(tmp_path, capsys):
     assert main(["knn", str(tmp_path / "t.csv"), str(tmp_path / "t.csv"), "--label-column", "y", "--radius", "0.2",
                  "--device", "cpu", "-o", str(tmp_path / "p.csv")]) == 0
     assert "accuracy=" in capsys.readouterr().err
+
+
+def test_an_infinite_radius_lists_every_point_as_scikit_learn():
+    X = RNG.random((30, 3))
+    ours = NearestNeighbors(radius=np.inf, device="cpu").fit(X)
+    dist, index = ours.radius_neighbors(X[:4])
+    assert all(sorted(row.tolist()) == list(range(30)) for row in index)
+    assert all(np.all(np.diff(row) >= 0) for row in dist)
+    assert _as_sets(ours.radius_neighbors()[1]) == _as_sets(skn.NearestNeighbors(radius=np.inf).fit(X).radius_neighbors()[1])
+    with pytest.raises(ValueError, match="return_distance must be True if sort_results is True"):
+        ours.radius_neighbors(X[:2], sort_results=True, return_distance=False)
+    with pytest.raises(ValueError, match="radius must be a number >= 0"):
+        NearestNeighbors(radius=float("nan"), device="cpu").fit(X)

@@ -8,10 +8,20 @@ added. ``algorithm`` accepts scikit-learn's values (``"auto"``, ``"ball_tree"``,
 without effect: gpumine chooses its own exact method (a KD-tree or matrix
 products on the host, tiles or a fused kernel on the GPU), and every choice gives
 the same neighbours.
+
+Beyond the engine's metrics they take what scikit-learn users reach for:
+``metric="precomputed"`` (a square distance matrix to fit, (n_queries,
+n_samples_fit) distances to query, or a sparse precomputed graph whose stored
+entries are the only candidates), minkowski with ``0 < p < 1`` or weights
+``metric_params={"w": ...}`` (exact float64 brute force, see
+:mod:`gpumine.neighbors._precomputed`), scipy.sparse input (densified: the
+training set whole, queries in blocks of ``working_memory``; see
+:mod:`gpumine.neighbors._sparse`) and 2-D ``y`` (several outputs).
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -31,6 +41,9 @@ from ._graphs import search_with_graph
 from ._neighbor_graphs import csr_to_lists
 from ._radius import radius_search
 from .._device_state import HostPickleMixin
+from ._precomputed import (MinkowskiForm, blocked_kneighbors, blocked_radius, check_precomputed,
+                           check_precomputed_query, graph_kneighbors, graph_radius)
+from ._sparse import densify, iter_dense_blocks
 
 try:  # keeps feature-name checks identical to scikit-learn's own estimators
     from sklearn.utils.validation import _check_feature_names
@@ -39,6 +52,22 @@ except ImportError:  # pragma: no cover - very old scikit-learn
         return None
 
 __all__ = ["NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor"]
+
+
+def _check_weights(w, n_features: int) -> np.ndarray:
+    """Minkowski weights ``w`` as scikit-learn checks them: one finite non-negative weight per feature."""
+    try:
+        w = np.asarray(w, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"metric_params['w'] must be an array of {n_features} numbers; got {w!r}") from None
+    if w.ndim != 1 or w.shape[0] != n_features:
+        raise ValueError(f"MinkowskiDistance: the size of w must match the number of features ({n_features}). "
+                         f"Currently len(w)={w.size}.")
+    if not np.isfinite(w).all():
+        raise ValueError("metric_params['w'] contains NaN or infinity; pass finite weights")
+    if (w < 0).any():
+        raise ValueError("w cannot contain negative weights")
+    return w
 
 
 class _KNeighborsBase(HostPickleMixin, BaseEstimator):
@@ -73,29 +102,101 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
         self.verbose = verbose
         self.precision = precision
 
+    # Precomputed distances, sparse input and minkowski with p < 1 or weights ``w``: the estimators of this
+    # module and the radius ones take them; subclasses that search only through the engine (LOF) do not.
+    _extended_input = False
+
     # -- fitting -----------------------------------------------------------------
+    def _resolve_metric(self):
+        """Validate ``metric``, ``p`` and ``metric_params`` (scikit-learn's rules) and choose the search.
+
+        Sets ``_mode`` ("engine", "precomputed" or "minkowski": the exact float64
+        tiles of :class:`MinkowskiForm` for ``0 < p < 1`` or weights ``w``),
+        ``_metric`` (the engine's, None otherwise), ``effective_metric_`` and
+        ``effective_metric_params_``. Returns the weights ``w`` (checked against
+        the features in ``_fit``).
+        """
+        name = type(self).__name__
+        p = self.p
+        if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating))
+                              or not 0 < float(p) <= math.inf):
+            raise ValueError(f"The 'p' parameter of {name} must be a float in the range (0.0, inf] or None. "
+                             f"Got {p!r} instead.")
+        params = self.metric_params
+        if params is not None and not isinstance(params, dict):
+            raise ValueError(f"metric_params must be a dict or None; got {type(params).__name__}")
+        params = dict(params or {})
+        if "p" in params:
+            if self.p is not None:
+                warnings.warn("Parameter p is found in metric_params. The corresponding parameter from __init__ "
+                              "is ignored.", SyntaxWarning, stacklevel=4)
+            p = params.pop("p")
+            if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)) or not 0 < float(p) <= math.inf:
+                raise ValueError(f"metric_params['p'] must be a float in the range (0.0, inf]; got {p!r}")
+        metric = self.metric
+        w = params.pop("w", None) if metric == "minkowski" else None
+        if params:
+            raise ValueError(
+                f"metric_params {sorted(params)} are not supported with metric={metric!r}: gpumine takes 'p' and, for "
+                "metric='minkowski', the weights 'w'. Remove them, or transform the features yourself (seuclidean "
+                "with V: X / np.sqrt(V) and metric='euclidean'; mahalanobis with VI: X @ np.linalg.cholesky(VI))"
+            )
+        extended = self._extended_input
+        if metric == "precomputed":
+            if not extended:
+                raise ValueError(f"metric='precomputed' is not supported by {name}; pass the feature matrix and a metric")
+            self._mode, self._metric, self._form = "precomputed", None, None
+            self.effective_metric_, self.effective_metric_params_ = "precomputed", {}
+            return None
+        p = 2 if p is None else p
+        if metric == "minkowski" and (float(p) < 1 or w is not None):
+            if not extended:
+                raise ValueError(f"{name} supports metric='minkowski' with p >= 1 and no weights 'w'; got p={p!r}"
+                                 + ("" if w is None else " and w"))
+            if float(p) < 1:
+                if self.algorithm in ("kd_tree", "ball_tree"):
+                    raise ValueError(f'algorithm="{self.algorithm}" does not support 0 < p < 1 for the Minkowski '
+                                     'metric. To resolve this problem either set p >= 1 or algorithm="brute".')
+                warnings.warn("Mind that for 0 < p < 1, Minkowski metrics are not distance metrics. Continuing the "
+                              "execution with `algorithm='brute'`.", UserWarning, stacklevel=4)
+            if w is not None and self.algorithm == "kd_tree":
+                raise ValueError("algorithm='kd_tree' is not valid for metric='minkowski' with a weight parameter 'w': "
+                                 "try algorithm='ball_tree' or algorithm='brute' instead.")
+            if w is not None and float(p) == math.inf:
+                raise ValueError("MinkowskiDistance requires finite p. For p=inf, use ChebyshevDistance.")
+            self._mode, self._metric = "minkowski", None
+            self.effective_metric_, self.effective_metric_params_ = "minkowski", {"p": p, "w": w}
+            return w
+        self._metric = get_metric(metric, p if metric == "minkowski" else None)
+        self._mode, self._form = "engine", None
+        self.effective_metric_ = self._metric.name
+        self.effective_metric_params_ = {"p": p, "w": None} if self._metric.name == "minkowski" else {}
+        return None
+
     def _fit(self, X):
         if self.algorithm not in ("auto", "ball_tree", "kd_tree", "brute"):
             raise ValueError(
                 f"algorithm must be 'auto', 'ball_tree', 'kd_tree' or 'brute' (scikit-learn's values; gpumine "
                 f"chooses its own exact method whatever the value); got {self.algorithm!r}"
             )
-        p = self.p
-        if self.metric_params:
-            extra = set(self.metric_params) - {"p"}
-            if extra:
-                raise ValueError(f"metric_params {sorted(extra)} are not supported; only 'p' is")
-            p = self.metric_params.get("p", p)
-        self._metric = get_metric(self.metric, p if self.metric == "minkowski" else None)
-        self.effective_metric_ = self._metric.name
+        w = self._resolve_metric()
         self.device_ = resolve_device(self.device)
         resolve_backend(self.backend, self.device_, has_triton_kernel=True)
         working_memory_bytes(self.working_memory, self.device_)  # validates the parameter
-        if sp.issparse(X):
+        if sp.issparse(X) and not self._extended_input:
             raise TypeError("sparse input is not supported by gpumine estimators; convert X with X.toarray()")
         _check_feature_names(self, X, reset=True)
-        X_t = check_array(X, name="X")
-        check_precision(getattr(self, "precision", "exact"), X_t.dtype)
+        if self._mode == "precomputed":
+            X_t = check_precomputed(X, name="X")
+        else:
+            X_t = check_array(densify(X, "X") if sp.issparse(X) else X, name="X")
+        if self._mode == "engine":
+            check_precision(getattr(self, "precision", "exact"), X_t.dtype)
+        else:
+            check_precision(getattr(self, "precision", "exact"))
+        if self._mode == "minkowski":
+            self._form = MinkowskiForm(self.effective_metric_params_["p"],
+                                       None if w is None else _check_weights(w, X_t.shape[1]))
         n_neighbors = getattr(self, "n_neighbors", None)  # radius estimators have none
         if isinstance(n_neighbors, (int, np.integer)) and not isinstance(n_neighbors, bool):
             if n_neighbors < 1:
@@ -104,31 +205,87 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
             raise TypeError(f"n_neighbors must be a positive integer; got {n_neighbors!r}")
         radius = getattr(self, "radius", None)
         if radius is not None and (isinstance(radius, bool) or not isinstance(radius, (int, float, np.number))
-                                   or not 0 <= float(radius) < float("inf")):
-            raise ValueError(f"radius must be a finite number >= 0; got {radius!r}")
+                                   or not 0 <= float(radius)):
+            raise ValueError(f"radius must be a number >= 0; got {radius!r}")
         self._fit_kind = output_kind(X)
-        nbytes = X_t.numel() * X_t.element_size()
-        self._fit_X = X_t.to(self.device_) if fits_on_device(3 * nbytes, self.device_) else X_t
+        if sp.issparse(X_t):  # a precomputed graph stays a host CSR matrix
+            self._fit_X, self._out_dtype = X_t, X_t.dtype.type
+        else:
+            nbytes = X_t.numel() * X_t.element_size()
+            self._fit_X = X_t.to(self.device_) if fits_on_device(3 * nbytes, self.device_) else X_t
+            self._out_dtype = np.float32 if X_t.dtype == torch.float32 else np.float64
         self.n_features_in_ = X_t.shape[1]
         self.n_samples_fit_ = X_t.shape[0]
         return X_t
 
     # -- queries -------------------------------------------------------------------
+    def _budget(self) -> int:
+        return working_memory_bytes(self.working_memory, self.device_)
+
+    def _check_query(self, X, *, allow_empty: bool):
+        """Validated queries: a tensor (features or precomputed distances), or a CSR matrix
+        (sparse features, or a precomputed graph), and the output kind."""
+        _check_feature_names(self, X, reset=False)
+        kind = output_kind(X)
+        if self._mode == "precomputed":
+            dtype = torch.float32 if self._out_dtype == np.float32 else torch.float64
+            return check_precomputed_query(X, self.n_samples_fit_, dtype, name="X", estimator=type(self).__name__,
+                                           allow_empty=allow_empty), kind
+        if sp.issparse(X):
+            if not self._extended_input:
+                raise TypeError("sparse input is not supported by gpumine estimators; convert X with X.toarray()")
+            if X.dtype.kind not in "biuf":
+                raise ValueError(f"X has dtype {X.dtype}, which is not numeric; pass numbers")
+            check_n_features(X, self.n_features_in_, type(self).__name__)
+            if X.shape[0] == 0 and not allow_empty:
+                raise ValueError(f"X is empty: found array with 0 sample(s) (shape {X.shape}); a minimum of 1 is required")
+            return X.tocsr(), kind
+        query = check_array(X, name="X", dtype=self._fit_X.dtype, allow_empty=allow_empty)
+        check_n_features(query, self.n_features_in_, type(self).__name__)
+        return query, kind
+
+    def _dense_blocks(self, query):
+        """``(start, dense rows)`` of validated queries: one block, or blocks of a sparse matrix within the budget."""
+        if not sp.issparse(query):
+            yield 0, query
+            return
+        for start, block in iter_dense_blocks(query, self._budget()):
+            yield start, check_array(block, name="X", dtype=self._fit_X.dtype, allow_empty=True)
+
     def _query(self, X, n_neighbors):
-        """(scores, indices, output kind) for X (None: the training set, self excluded)."""
+        """(distances, indices, output kind) for X (None: the training set, self excluded)."""
         check_is_fitted(self, "n_samples_fit_")
         if n_neighbors is None:
             n_neighbors = self.n_neighbors
         if X is None:
             query, kind, exclude_self = self._fit_X, self._fit_kind, True
         else:
-            if sp.issparse(X):
-                raise TypeError("sparse input is not supported by gpumine estimators; convert X with X.toarray()")
-            _check_feature_names(self, X, reset=False)
-            query = check_array(X, name="X", dtype=self._fit_X.dtype)
-            check_n_features(query, self.n_features_in_, type(self).__name__)
-            kind, exclude_self = output_kind(X), False
+            (query, kind), exclude_self = self._check_query(X, allow_empty=False), False
         n_neighbors = check_n_neighbors(n_neighbors, self.n_samples_fit_, excluding_self=exclude_self)
+        if self._mode == "precomputed":
+            if sp.issparse(query):
+                dist, index = graph_kneighbors(query, n_neighbors, exclude_self=exclude_self)
+                dist, index = torch.from_numpy(dist), torch.from_numpy(index)
+            else:
+                dist, index = blocked_kneighbors(
+                    query.shape[0], self.n_samples_fit_, n_neighbors,
+                    lambda a, b: query[a:b].to(self.device_), exclude_self=exclude_self, budget_bytes=self._budget())
+            return dist.to(self.device_), index.to(self.device_), kind
+        found = [self._search_rows(rows, n_neighbors, exclude_self) for _, rows in self._dense_blocks(query)]
+        if len(found) == 1:
+            return found[0][0], found[0][1], kind
+        return torch.cat([d for d, _ in found]), torch.cat([i for _, i in found]), kind
+
+    def _search_rows(self, query, n_neighbors, exclude_self):
+        """The exact k nearest training points of dense query rows (``exclude_self``: query is the training set)."""
+        if self._mode == "minkowski":
+            ref = self._fit_X.to(self.device_)
+            form = self._form
+            dist, index = blocked_kneighbors(
+                query.shape[0], self.n_samples_fit_, n_neighbors,
+                lambda a, b: form.rdist(query[a:b].to(self.device_), ref), exclude_self=exclude_self,
+                budget_bytes=self._budget(), to_distance=form.to_distance)
+            return dist.to(device=self.device_, dtype=self._fit_X.dtype), index.to(self.device_)
         backend = choose_backend(self.backend, self.device_, self._metric, self._fit_X.dtype, n_neighbors, self.n_samples_fit_)
         if self.device_.type == "cuda":
             # repeated small searches replay a captured graph, as kneighbors does (gpumine.neighbors._graphs)
@@ -136,29 +293,29 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
                                       device=self.device_, working_memory=self.working_memory, backend=backend,
                                       precision=self.precision, result_device=self.device_)
             if found is not None:
-                return found[0], found[1], kind
-        scores, index = knn_search(
+                return found[0], found[1]
+        return knn_search(
             self._fit_X,
             query,
             n_neighbors,
             self._metric,
             exclude_self=exclude_self,
             device=self.device_,
-            budget_bytes=working_memory_bytes(self.working_memory, self.device_),
+            budget_bytes=self._budget(),
             result_device=self.device_,
             verbose=self.verbose,
             backend=backend,
             as_distance=True,
             precision=self.precision,
         )
-        return scores, index, kind
 
     def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
         """Find the k nearest training points of each row of ``X``.
 
         Parameters
         ----------
-        X : array-like of shape (n_queries, n_features), optional
+        X : array-like or sparse matrix of shape (n_queries, n_features), optional
+            (n_queries, n_samples_fit) distances for ``metric="precomputed"``.
             ``None`` queries the training set, excluding each point itself
             (not its exact duplicates: they are other points at distance 0,
             listed first by index). scikit-learn instead drops the point itself
@@ -166,6 +323,8 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
             listed, so its answer depends on how ties were ordered: for
             ``np.ones((3, 1))`` and k = 1 it gives ``[1, 0, 1]``, gpumine
             ``[1, 0, 0]`` (each point's nearest other point, lower index first).
+            With ``metric="precomputed"`` the point itself is its own column of
+            the fitted matrix, by the same rule.
         n_neighbors : int, optional
             Defaults to the ``n_neighbors`` given at construction.
         return_distance : bool
@@ -183,22 +342,43 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
         return to_output(index, kind)
 
     def _radius_query(self, X, radius):
-        """CSR rows ``(indptr, indices, float64 distances)`` of the training points within ``radius``, and the output kind."""
+        """CSR rows ``(indptr, indices, distances)`` of the training points within ``radius``, and the output kind.
+
+        Distances are float64 (the data's values for precomputed ones); rows are ordered by (distance, index).
+        """
         check_is_fitted(self, "n_samples_fit_")
         radius = self.radius if radius is None else radius
+        if isinstance(radius, bool) or not isinstance(radius, (int, float, np.number)) or not 0 <= float(radius):
+            raise ValueError(f"radius must be a number >= 0; got {radius!r}")
         if X is None:
             query, kind, exclude_self = self._fit_X, self._fit_kind, True
         else:
-            if sp.issparse(X):
-                raise TypeError("sparse input is not supported by gpumine estimators; convert X with X.toarray()")
-            _check_feature_names(self, X, reset=False)
-            query = check_array(X, name="X", dtype=self._fit_X.dtype, allow_empty=True)
-            check_n_features(query, self.n_features_in_, type(self).__name__)
-            kind, exclude_self = output_kind(X), False
-        indptr, indices, dist = radius_search(self._fit_X, query, radius, self._metric, exclude_self=exclude_self,
-                                              device=self.device_,
-                                              budget_bytes=working_memory_bytes(self.working_memory, self.device_))
-        return indptr, indices, dist, kind
+            (query, kind), exclude_self = self._check_query(X, allow_empty=True), False
+        budget = self._budget()
+        if self._mode == "precomputed":
+            if sp.issparse(query):
+                indptr, indices, dist = graph_radius(query, radius, exclude_self=exclude_self)
+            else:
+                indptr, indices, dist = blocked_radius(query.shape[0], self.n_samples_fit_, radius,
+                                                       lambda a, b: query[a:b].to(self.device_),
+                                                       exclude_self=exclude_self, budget_bytes=budget)
+            return indptr, indices, dist.astype(np.float64), kind
+        pieces = []
+        for _, rows in self._dense_blocks(query):
+            if self._mode == "minkowski":
+                ref, form = self._fit_X.to(self.device_), self._form
+                pieces.append(blocked_radius(rows.shape[0], self.n_samples_fit_, radius,
+                                             lambda a, b: form.rdist(rows[a:b].to(self.device_), ref),
+                                             exclude_self=exclude_self, budget_bytes=budget,
+                                             to_distance=form.to_distance))
+            else:
+                pieces.append(radius_search(self._fit_X, rows, radius, self._metric, exclude_self=exclude_self,
+                                            device=self.device_, budget_bytes=budget))
+        if len(pieces) == 1:
+            return (*pieces[0], kind)
+        offsets = np.cumsum([0] + [p[0][-1] for p in pieces[:-1]])
+        indptr = np.concatenate([[0]] + [p[0][1:] + o for p, o in zip(pieces, offsets)])
+        return indptr, np.concatenate([p[1] for p in pieces]), np.concatenate([p[2] for p in pieces]), kind
 
     def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
         """Every training point within ``radius`` of each row of ``X`` (``None``: the training set, self excluded).
@@ -208,8 +388,10 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
         for compatibility). A point is within the radius when its float64 exact
         distance is at most ``radius``.
         """
+        if sort_results and not return_distance:
+            raise ValueError("return_distance must be True if sort_results is True.")
         indptr, indices, dist, _ = self._radius_query(X, radius)
-        dist = dist.astype(np.float32 if self._fit_X.dtype == torch.float32 else np.float64)
+        dist = dist.astype(self._out_dtype)
         dist_rows, index_rows = csr_to_lists(indptr, indices, dist)
         return (dist_rows, index_rows) if return_distance else index_rows
 
@@ -235,6 +417,10 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
+        if self._extended_input:
+            tags.input_tags.sparse = True
+            tags.input_tags.pairwise = self.metric == "precomputed"
+            tags.input_tags.positive_only = tags.input_tags.pairwise
         return tags
 
 
@@ -252,10 +438,19 @@ class NearestNeighbors(_KNeighborsBase):
         Accepted for compatibility; no effect.
     metric : str, default="minkowski"
         See :func:`gpumine.neighbors.kneighbors`; ``"minkowski"`` uses ``p``.
+        ``"precomputed"``: ``fit`` takes a square (n, n) distance matrix (dense,
+        or a sparse graph whose stored entries are the only candidates) and the
+        queries their (n_queries, n) distances to the fitted points.
     p : float, default=2
-        Minkowski power (2: euclidean, 1: manhattan).
+        Minkowski power, ``0 < p <= inf`` (2: euclidean, 1: manhattan). Below 1
+        (a semi-metric, with scikit-learn's warning) the search is an exact
+        float64 brute force.
     metric_params : dict, optional
-        Only ``{"p": ...}`` is supported.
+        ``{"p": ...}`` (overrides ``p``, with scikit-learn's warning) and, for
+        ``metric="minkowski"``, weights ``{"w": array of n_features}``:
+        ``(sum_j w_j |x_j - y_j| ** p) ** (1 / p)``, exact float64 brute
+        force. Other keys raise a ValueError that says how to transform the
+        features instead.
     n_jobs : int, optional
         Accepted for compatibility; no effect.
     device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
@@ -306,6 +501,8 @@ class NearestNeighbors(_KNeighborsBase):
                          working_memory=working_memory, verbose=verbose, precision=precision)
         self.radius = radius
 
+    _extended_input = True
+
     def fit(self, X, y=None):
         """Store the training set on the device. ``y`` is ignored."""
         self._fit(X)
@@ -333,6 +530,8 @@ def _neighbor_weights(dist: torch.Tensor, weights) -> torch.Tensor | None:
 
 class _WeightedKNeighbors(_KNeighborsBase):
     """Adds ``weights`` (uniform, distance or a callable) for the estimators that combine neighbours."""
+
+    _extended_input = True
 
     def __init__(
         self,
@@ -364,12 +563,17 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
 
     Parameters are those of :class:`NearestNeighbors` plus ``weights``
     (``"uniform"``, ``"distance"`` or a callable on the distance array). Vote
-    ties go to the smallest label, as in scikit-learn.
+    ties go to the smallest label, as in scikit-learn. ``y`` may be 2-D
+    (n_samples, n_outputs): each output is voted on separately, ``predict``
+    returns (n_queries, n_outputs) and ``predict_proba`` a list with one array
+    per output.
 
     Attributes
     ----------
-    classes_ : ndarray
-        The class labels seen in ``fit``, sorted.
+    classes_ : ndarray, or list of ndarray for 2-D ``y``
+        The class labels seen in ``fit``, sorted (per output).
+    outputs_2d_ : bool
+        Whether ``y`` was 2-D.
 
     Examples
     --------
@@ -382,7 +586,7 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
     """
 
     def fit(self, X, y):
-        """Store the training set and its labels."""
+        """Store the training set and its labels (``y`` 2-D: one column per output)."""
         X_t = self._fit(X)
         y = check_labels(y, X_t.shape[0])
         if y.ndim == 2 and y.shape[1] == 1:
@@ -391,42 +595,67 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
                 "Pass y as shape (n_samples,)", DataConversionWarning, stacklevel=2,
             )
             y = y.ravel()
-        if y.ndim != 1:
-            raise ValueError(f"y must be 1-D for KNeighborsClassifier; got shape {y.shape}")
+        self.outputs_2d_ = y.ndim == 2
+        y2 = y.reshape(len(y), -1)
         check_classification_targets(y)
-        self.classes_, encoded = np.unique(y, return_inverse=True)
-        self._y = torch.as_tensor(encoded.astype(np.int64), device=self.device_)
+        classes, codes = [], np.empty(y2.shape, dtype=np.int64)
+        for o in range(y2.shape[1]):
+            found, codes[:, o] = np.unique(y2[:, o], return_inverse=True)
+            classes.append(found)
+        self.classes_ = classes if self.outputs_2d_ else classes[0]
+        self._y = torch.as_tensor(codes if self.outputs_2d_ else codes[:, 0], device=self.device_)
         _neighbor_weights(torch.ones(1, 1), self.weights)  # validates ``weights``
         return self
 
-    def _votes(self, X) -> tuple[torch.Tensor, object]:
+    def _votes(self, X) -> tuple[list[torch.Tensor], object]:
+        """Per output, the (n_queries, n_classes) float64 (weighted) votes; and the output kind."""
         dist, index, kind = self._query(X, None)
-        labels = self._y[index]
         w = _neighbor_weights(dist, self.weights)
         if w is None:
-            w = torch.ones(labels.shape, dtype=torch.float64, device=labels.device)
-        votes = torch.zeros((labels.shape[0], len(self.classes_)), dtype=torch.float64, device=labels.device)
-        votes.scatter_add_(1, labels, w.to(votes.device))
-        if callable(self.weights) and bool((votes.sum(1) == 0).any()):
+            w = torch.ones(index.shape, dtype=torch.float64, device=index.device)
+        w = w.to(index.device)
+        if callable(self.weights) and bool((w.sum(1) == 0).any()):
             raise ValueError("All neighbors of some sample is getting zero weights. Please modify 'weights' to avoid "
                              "this case if you are using a user-defined function.")
+        codes = self._y if self.outputs_2d_ else self._y[:, None]
+        classes = self.classes_ if self.outputs_2d_ else [self.classes_]
+        votes = []
+        for o, found in enumerate(classes):
+            labels = codes[:, o][index]
+            v = torch.zeros((labels.shape[0], len(found)), dtype=torch.float64, device=labels.device)
+            votes.append(v.scatter_add_(1, labels, w))
         return votes, kind
 
     def predict(self, X):
-        """Class labels of ``X`` (ties go to the smallest label)."""
+        """Class labels of ``X`` (ties go to the smallest label); (n_queries, n_outputs) for 2-D ``y``."""
         votes, kind = self._votes(X)
-        winner = torch.argmax(votes, dim=1).cpu().numpy()  # argmax returns the first maximum
-        labels = self.classes_[winner]
+        classes = self.classes_ if self.outputs_2d_ else [self.classes_]
+        # argmax returns the first maximum: the smallest label
+        columns = [found[torch.argmax(v, dim=1).cpu().numpy()] for found, v in zip(classes, votes)]
+        if self.outputs_2d_:
+            labels = np.empty((len(columns[0]), len(columns)), dtype=classes[0].dtype)
+            for o, column in enumerate(columns):
+                labels[:, o] = column
+        else:
+            labels = columns[0]
         if kind.kind == "torch" and labels.dtype.kind in "biuf":
             return torch.as_tensor(labels, device=kind.device)
         return labels
 
     def predict_proba(self, X):
-        """Class probabilities of ``X``: the normalised (weighted) votes, columns in ``classes_`` order."""
+        """Class probabilities of ``X``: the normalised (weighted) votes, columns in ``classes_`` order
+        (a list of such arrays, one per output, for 2-D ``y``)."""
         votes, kind = self._votes(X)
-        total = votes.sum(1, keepdim=True)
-        proba = votes / torch.where(total > 0, total, torch.ones_like(total))
-        return to_output(proba, kind)
+        probas = []
+        for v in votes:
+            total = v.sum(1, keepdim=True)
+            probas.append(to_output(v / torch.where(total > 0, total, torch.ones_like(total)), kind))
+        return probas if self.outputs_2d_ else probas[0]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
 
 
 class KNeighborsRegressor(RegressorMixin, _WeightedKNeighbors):

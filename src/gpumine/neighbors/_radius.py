@@ -42,8 +42,8 @@ def radius_search(ref: torch.Tensor, query: torch.Tensor, radius: float, metric:
     if metric.name not in RADIUS_METRICS:
         raise ValueError(f"radius queries support the metrics {RADIUS_METRICS}; got {metric.name!r}")
     radius = float(radius)
-    if not radius >= 0 or not math.isfinite(radius):
-        raise ValueError(f"radius must be a finite number >= 0; got {radius!r}")
+    if not radius >= 0:  # NaN fails too; infinity (every reference) is allowed, as in scikit-learn
+        raise ValueError(f"radius must be a number >= 0; got {radius!r}")
     n_query = query.shape[0]
     if n_query == 0 or ref.shape[0] == 0:
         return np.zeros(n_query + 1, np.int64), np.zeros(0, np.int64), np.zeros(0)

@@ -42,6 +42,8 @@ def _radius_weights(dist: np.ndarray, indptr: np.ndarray, weights) -> np.ndarray
 
 
 class _RadiusBase(_KNeighborsBase):
+    _extended_input = True
+
     def __init__(self, radius=1.0, *, weights="uniform", algorithm="auto", leaf_size=30, p=2, metric="minkowski",
                  metric_params=None, n_jobs=None, device="auto", backend="auto", working_memory=None, verbose=None):
         self.radius = radius
@@ -90,61 +92,111 @@ class RadiusNeighborsClassifier(ClassifierMixin, _RadiusBase):
         self.outlier_label = outlier_label
 
     def fit(self, X, y):
-        """Store the training set and its labels."""
+        """Store the training set and its labels (``y`` 2-D: one column per output)."""
         X_t = self._fit(X)
         y = check_labels(y, X_t.shape[0])
         if y.ndim == 2 and y.shape[1] == 1:
             warnings.warn("A column-vector y was passed when a 1d array was expected. Please change the shape of y "
                           "to (n_samples,), for example using ravel().", DataConversionWarning, stacklevel=2)
             y = y.ravel()
-        if y.ndim != 1:
-            raise ValueError(f"y must be 1-D for RadiusNeighborsClassifier; got shape {y.shape}")
         check_classification_targets(y)
-        self.classes_, self._y = np.unique(y, return_inverse=True)
+        self.outputs_2d_ = y.ndim == 2
+        y2 = y.reshape(len(y), -1)
+        classes, codes = [], np.empty(y2.shape, dtype=np.int64)
+        for o in range(y2.shape[1]):
+            found, codes[:, o] = np.unique(y2[:, o], return_inverse=True)
+            classes.append(found)
+        self._y = codes
         _radius_weights(np.ones(1), np.array([0, 1]), self.weights)  # validates ``weights``
-        if self.outlier_label is None:
-            self.outlier_label_ = None
-        elif isinstance(self.outlier_label, str) and self.outlier_label == "most_frequent":
-            self.outlier_label_ = self.classes_[np.bincount(self._y).argmax()]
-        else:
-            self.outlier_label_ = self.outlier_label
+        labels = self._outlier_labels(classes, codes)
+        self.classes_ = classes if self.outputs_2d_ else classes[0]
+        self.outlier_label_ = labels if self.outputs_2d_ or labels is None else labels[0]
         return self
 
-    def predict_proba(self, X):
-        """Class probabilities: the normalised (weighted) votes within the radius; rows without
-        neighbours get all their weight on ``outlier_label`` (zeros if it is not a class)."""
+    def _outlier_labels(self, classes, codes):
+        """``outlier_label`` per output, checked as scikit-learn does (None: none given)."""
+        given = self.outlier_label
+        if given is None:
+            return None
+        if isinstance(given, str) and given == "most_frequent":
+            return [found[np.bincount(codes[:, o]).argmax()] for o, found in enumerate(classes)]
+        if np.ndim(given) > 0:
+            if len(given) != len(classes):
+                raise ValueError(f"The length of outlier_label: {given} is inconsistent with the output length: "
+                                 f"{len(classes)}")
+            labels = list(given)
+        else:
+            labels = [given] * len(classes)
+        for found, label in zip(classes, labels):
+            if np.ndim(label) > 0:
+                raise TypeError(f"The outlier_label of classes {found} is supposed to be a scalar, got {label}.")
+            if np.append(found, label).dtype != found.dtype:
+                raise TypeError(f"The dtype of outlier_label {label} is inconsistent with classes {found} in y.")
+        return labels
+
+    def _probabilities(self, X):
+        """Per output, the (n_queries, n_classes) probabilities, and the rows without neighbours."""
         indptr, indices, w, _ = self._neighbours(X)
         n = len(indptr) - 1
         rows = np.repeat(np.arange(n), np.diff(indptr))
-        votes = np.zeros((n, len(self.classes_)))
-        np.add.at(votes, (rows, self._y[indices]), w)
         empty = np.diff(indptr) == 0
-        if empty.any():
-            if self.outlier_label_ is None:
-                raise ValueError(f"No neighbors found for test samples {np.flatnonzero(empty).tolist()}, you can try "
-                                 "using larger radius, giving a label for outliers, or considering removing them "
-                                 "from your dataset.")
-            at = np.flatnonzero(self.classes_ == self.outlier_label_)
-            if at.size:
-                votes[empty, at[0]] = 1.0
-            else:
-                warnings.warn(f"Outlier label {self.outlier_label_} is not in training classes. All class "
-                              "probabilities of outliers will be assigned with 0.", UserWarning, stacklevel=2)
-        total = votes.sum(1, keepdims=True)
-        if callable(self.weights) and (total[~empty] == 0).any():
-            raise ValueError("All neighbors of some sample is getting zero weights. Please modify 'weights' to avoid "
-                             "this case if you are using a user-defined function.")
-        return np.divide(votes, total, out=np.zeros_like(votes), where=total > 0)
+        if empty.any() and self.outlier_label_ is None:
+            raise ValueError(f"No neighbors found for test samples {np.flatnonzero(empty).tolist()}, you can try "
+                             "using larger radius, giving a label for outliers, or considering removing them "
+                             "from your dataset.")
+        if callable(self.weights) and len(rows):
+            total = np.bincount(rows, weights=w, minlength=n)
+            if (total[~empty] == 0).any():
+                raise ValueError("All neighbors of some sample is getting zero weights. Please modify 'weights' to "
+                                 "avoid this case if you are using a user-defined function.")
+        classes = self.classes_ if self.outputs_2d_ else [self.classes_]
+        labels = self.outlier_label_ if self.outputs_2d_ else [self.outlier_label_]
+        probas = []
+        for o, found in enumerate(classes):
+            votes = np.zeros((n, len(found)))
+            np.add.at(votes, (rows, self._y[indices, o]), w)
+            if empty.any():
+                at = np.flatnonzero(found == labels[o])
+                if at.size:
+                    votes[empty, at[0]] = 1.0
+                else:
+                    warnings.warn(f"Outlier label {labels[o]} is not in training classes. All class probabilities "
+                                  "of outliers will be assigned with 0.", UserWarning, stacklevel=3)
+            total = votes.sum(1, keepdims=True)
+            probas.append(np.divide(votes, total, out=np.zeros_like(votes), where=total > 0))
+        return probas, empty
+
+    def predict_proba(self, X):
+        """Class probabilities: the normalised (weighted) votes within the radius; rows without
+        neighbours get all their weight on ``outlier_label`` (zeros if it is not a class). A list
+        of such arrays, one per output, for 2-D ``y``."""
+        probas, _ = self._probabilities(X)
+        return probas if self.outputs_2d_ else probas[0]
 
     def predict(self, X):
-        """Class labels (vote ties go to the smallest label; queries without neighbours: ``outlier_label``)."""
-        proba = self.predict_proba(X)
-        labels = self.classes_[proba.argmax(1)]
-        empty = proba.sum(1) == 0
-        if empty.any():
-            labels = labels.astype(object) if not isinstance(self.outlier_label_, type(labels[0])) else labels
-            labels[empty] = self.outlier_label_
-        return labels
+        """Class labels (vote ties go to the smallest label; queries without neighbours: ``outlier_label``);
+        (n_queries, n_outputs) for 2-D ``y``."""
+        probas, empty = self._probabilities(X)
+        classes = self.classes_ if self.outputs_2d_ else [self.classes_]
+        labels = self.outlier_label_ if self.outputs_2d_ else [self.outlier_label_]
+        columns = []
+        for o, (found, proba) in enumerate(zip(classes, probas)):
+            column = found[proba.argmax(1)]
+            if empty.any():
+                column = column.astype(object) if not isinstance(labels[o], type(column[0])) else column
+                column[empty] = labels[o]
+            columns.append(column)
+        if not self.outputs_2d_:
+            return columns[0]
+        out = np.empty((len(columns[0]), len(columns)), dtype=classes[0].dtype)
+        for o, column in enumerate(columns):
+            out[:, o] = column
+        return out
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
 
 
 class RadiusNeighborsRegressor(RegressorMixin, _RadiusBase):
@@ -214,6 +266,8 @@ class KNeighborsTransformer(TransformerMixin, _KNeighborsBase):
            [1., 0., 0.],
            [0., 2., 0.]])
     """
+
+    _extended_input = True
 
     def __init__(self, *, mode="distance", n_neighbors=5, algorithm="auto", leaf_size=30, metric="minkowski", p=2,
                  metric_params=None, n_jobs=None, device="auto", backend="auto", working_memory=None, verbose=None):
