@@ -379,6 +379,27 @@ def test_multi_output_radius_classification_equals_scikit_learn():
         RadiusNeighborsClassifier(0.2, outlier_label=[1, 2, 3], device="cpu").fit(X, y)
 
 
+# -- smaller scikit-learn habits -------------------------------------------------------------------------
+def test_fitting_on_a_fitted_estimator_or_tree_uses_its_training_rows():
+    X, Q = RNG.random((40, 3)), RNG.random((5, 3))
+    want = NearestNeighbors(n_neighbors=3, device="cpu").fit(X).kneighbors(Q)
+    for source in (NearestNeighbors(device="cpu").fit(X), skn.NearestNeighbors().fit(X), skn.BallTree(X), skn.KDTree(X)):
+        got = KNeighborsClassifier(3, device="cpu").fit(source, np.arange(40) % 3).kneighbors(Q)
+        assert np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0])
+
+
+def test_brute_force_searches_report_scikit_learns_fit_method_and_mode_errors():
+    X = RNG.random((10, 2))
+    with pytest.warns(UserWarning, match="0 < p < 1"):
+        assert KNeighborsRegressor(p=0.1, device="cpu").fit(X, X[:, 0])._fit_method == "brute"
+    assert NearestNeighbors(metric="precomputed", device="cpu").fit(pairwise_distances(X))._fit_method == "brute"
+    nn = NearestNeighbors(device="cpu").fit(X)
+    assert not hasattr(nn, "_fit_method")  # the engine chooses its own method per search
+    for method in (nn.kneighbors_graph, nn.radius_neighbors_graph):
+        with pytest.raises(ValueError, match='Unsupported mode, must be one of "connectivity", or "distance" but got "blah"'):
+            method(X, mode="blah")
+
+
 # -- scikit-learn's estimator checks on the new forms ------------------------------------------------
 @parametrize_with_checks([NearestNeighbors(metric="precomputed", device="cpu"),
                           KNeighborsClassifier(metric="precomputed", device="cpu"),

@@ -70,6 +70,21 @@ def _check_weights(w, n_features: int) -> np.ndarray:
     return w
 
 
+def _fitted_data(X):
+    """The training rows of a fitted neighbours estimator or tree passed as ``X`` (scikit-learn accepts them)."""
+    from sklearn.neighbors import BallTree, KDTree
+
+    if isinstance(X, (BallTree, KDTree)):
+        return np.asarray(X.data)
+    if isinstance(X, _KNeighborsBase):
+        check_is_fitted(X, "n_samples_fit_")
+        return X._fit_X if sp.issparse(X._fit_X) else to_output(X._fit_X, X._fit_kind)
+    if isinstance(X, BaseEstimator) and hasattr(X, "kneighbors"):
+        check_is_fitted(X)
+        return X._fit_X
+    return X
+
+
 class _KNeighborsBase(HostPickleMixin, BaseEstimator):
     """Fitting, validation and neighbour queries shared by the three estimators."""
 
@@ -180,6 +195,8 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
                 f"chooses its own exact method whatever the value); got {self.algorithm!r}"
             )
         w = self._resolve_metric()
+        if self._extended_input:
+            X = _fitted_data(X)
         self.device_ = resolve_device(self.device)
         resolve_backend(self.backend, self.device_, has_triton_kernel=True)
         working_memory_bytes(self.working_memory, self.device_)  # validates the parameter
@@ -214,6 +231,10 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
             nbytes = X_t.numel() * X_t.element_size()
             self._fit_X = X_t.to(self.device_) if fits_on_device(3 * nbytes, self.device_) else X_t
             self._out_dtype = np.float32 if X_t.dtype == torch.float32 else np.float64
+        if self._mode == "engine":
+            self.__dict__.pop("_fit_method", None)
+        else:  # scikit-learn's name for the method: these searches are brute force
+            self._fit_method = "brute"
         self.n_features_in_ = X_t.shape[1]
         self.n_samples_fit_ = X_t.shape[0]
         return X_t
@@ -398,7 +419,7 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
     def radius_neighbors_graph(self, X=None, radius=None, mode="connectivity", sort_results=False):
         """Sparse (n_queries, n_samples_fit) graph of the training points within ``radius`` (as scikit-learn)."""
         if mode not in ("connectivity", "distance"):
-            raise ValueError(f"mode must be 'connectivity' or 'distance'; got {mode!r}")
+            raise ValueError(f'Unsupported mode, must be one of "connectivity", or "distance" but got "{mode}" instead')
         indptr, indices, dist, _ = self._radius_query(X, radius)
         data = np.ones(len(indices)) if mode == "connectivity" else dist
         return sp.csr_matrix((data, indices, indptr), shape=(len(indptr) - 1, self.n_samples_fit_))
@@ -406,7 +427,7 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
     def kneighbors_graph(self, X=None, n_neighbors=None, mode="connectivity"):
         """Sparse (n_queries, n_samples_fit) graph of the k nearest neighbours (as scikit-learn)."""
         if mode not in ("connectivity", "distance"):
-            raise ValueError(f"mode must be 'connectivity' or 'distance'; got {mode!r}")
+            raise ValueError(f'Unsupported mode, must be one of "connectivity", or "distance" but got "{mode}" instead')
         dist, index, _ = self._query(X, n_neighbors)
         index = index.cpu().numpy()
         n_queries, k = index.shape
