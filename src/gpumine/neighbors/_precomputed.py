@@ -16,7 +16,13 @@ its own metrics. Three inputs bypass it and come here, all exact:
 
 Blocks of query rows are sized to ``budget_bytes``. Training-set queries
 (``X=None``) exclude each point's own column, not its duplicates (zeros
-elsewhere in its row), the rule of the kNN engine.
+elsewhere in its row), the rule of the kNN engine. On a sparse graph this
+needs k stored entries besides the point's own; scikit-learn instead takes the
+first k + 1 stored entries and drops the point, or the first entry when the
+point is not stored (then it asks for k + 1 entries and loses a true
+neighbour). Results equal scikit-learn's wherever its tie order and this rule
+agree: on distinct distances, and with fewer than k + 1 zero-distance
+duplicates.
 """
 
 from __future__ import annotations
