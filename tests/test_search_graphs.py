@@ -1,4 +1,4 @@
-"""Small fused searches replayed as CUDA graphs give the eager path's results (GPU tier)."""
+"""Small fused and dense searches replayed as CUDA graphs give the eager path's results (GPU tier)."""
 
 import numpy as np
 import pytest
@@ -10,7 +10,8 @@ from helpers import skip_if_no_cuda
 
 pytestmark = pytest.mark.gpu
 
-N = 8192  # 8,192^2 pairs: backend="auto" takes the fused kernel from 2^26 pairs on
+N = 8192 + 64  # fused searches (backend="triton"); backend="auto" probes L2 searches of this size eagerly
+N_DENSE = 1500  # a dense search (gpumine.neighbors._dense)
 
 
 @pytest.fixture
@@ -31,14 +32,14 @@ def _eager(graphs, monkeypatch, *args, **kwargs):
         monkeypatch.setattr(graphs, "GRAPH_SEARCHES", True)
 
 
-def _datasets(kind, d, n_query, seed):
+def _datasets(kind, d, n_query, seed, n=N):
     rng = np.random.default_rng(seed)
     for _ in range(4):  # new data of the same shape on every call: the replay must read it
         if kind == "ties":  # few distinct values: certificates fail and rows go to the retries
-            R = rng.integers(0, 3, (N, d)).astype(np.float32)
+            R = rng.integers(0, 3, (n, d)).astype(np.float32)
             Q = rng.integers(0, 3, (n_query, d)).astype(np.float32)
         else:
-            R = (rng.standard_normal((N, d)) * 10.0 ** rng.uniform(-1, 2, d)).astype(np.float32)
+            R = (rng.standard_normal((n, d)) * 10.0 ** rng.uniform(-1, 2, d)).astype(np.float32)
             Q = (rng.standard_normal((n_query, d)) * 10.0 ** rng.uniform(-1, 2, d)).astype(np.float32)
         yield R, Q
 
@@ -54,7 +55,7 @@ def test_replayed_searches_equal_the_eager_path_on_new_data_each_call(graphs, mo
         if on_device:
             R, Q = torch.from_numpy(R).cuda(), torch.from_numpy(Q).cuda()
         args = (R,) if self_search else (R, Q)
-        got = kneighbors(*args, k=7, device="cuda")
+        got = kneighbors(*args, k=7, device="cuda", backend="triton")
         want = _eager(graphs, monkeypatch, *args, k=7, device="cuda")
         if on_device:
             assert got[0].is_cuda and got[1].is_cuda
@@ -73,7 +74,7 @@ def test_host_operands_staged_through_pinned_buffers_give_the_pageable_copies_re
         monkeypatch.setattr(graphs, "GRAPH_STAGING", staging)
         graphs.clear_search_graphs()
         for R, Q in _datasets("gauss", 65, N, seed=5):  # new host data each call: the staging buffers are refilled
-            results.setdefault(staging, []).append(kneighbors(R, Q, k=7, device="cuda"))
+            results.setdefault(staging, []).append(kneighbors(R, Q, k=7, device="cuda", backend="triton"))
         (entry,) = graphs._graphs.values()
         assert bool(entry.staging) == staging
     for got, want in zip(results[True], results[False]):
@@ -87,8 +88,8 @@ def test_estimators_replay_graphs_with_the_eager_paths_results(graphs, monkeypat
     rng = np.random.default_rng(3)
     R = (rng.standard_normal((N, 65)) * 10.0 ** rng.uniform(-1, 2, 65)).astype(np.float32)
     y = (R[:, 0] > 0).astype(int)
-    nn = NearestNeighbors(n_neighbors=7, device="cuda").fit(R)
-    clf = KNeighborsClassifier(n_neighbors=7, device="cuda").fit(R, y)
+    nn = NearestNeighbors(n_neighbors=7, device="cuda", backend="triton").fit(R)
+    clf = KNeighborsClassifier(n_neighbors=7, device="cuda", backend="triton").fit(R, y)
 
     def results():
         return nn.kneighbors(Q), nn.kneighbors(), clf.predict_proba(Q)
@@ -111,16 +112,16 @@ def test_bad_or_extreme_data_in_a_captured_shape_goes_the_eager_way(graphs):
     R = rng.standard_normal((N, 12)).astype(np.float32)
     Q = rng.standard_normal((N, 12)).astype(np.float32)
     for _ in range(3):
-        base = kneighbors(R, Q, 5, device="cuda")
+        base = kneighbors(R, Q, 5, device="cuda", backend="triton")
     assert len(graphs._graphs) == 1
     bad = Q.copy()
     bad[11, 3] = np.nan
     for _ in range(2):
         with pytest.raises(ValueError, match=r"X_query contains NaN or infinity \(1 non-finite value\(s\), first at row 11\)"):
-            kneighbors(R, bad, 5, device="cuda")
-    big = kneighbors(R * 2.0**100, Q * 2.0**100, 5, device="cuda")  # scaled by the eager path, same order
+            kneighbors(R, bad, 5, device="cuda", backend="triton")
+    big = kneighbors(R * 2.0**100, Q * 2.0**100, 5, device="cuda", backend="triton")  # scaled by the eager path, same order
     np.testing.assert_array_equal(big[1], base[1])
-    np.testing.assert_array_equal(kneighbors(R, Q, 5, device="cuda")[1], base[1])
+    np.testing.assert_array_equal(kneighbors(R, Q, 5, device="cuda", backend="triton")[1], base[1])
 
 
 def test_graph_cache_keeps_the_most_recent_shapes(graphs, monkeypatch):
@@ -130,16 +131,43 @@ def test_graph_cache_keeps_the_most_recent_shapes(graphs, monkeypatch):
     for n, d in shapes:
         R = rng.standard_normal((n, d)).astype(np.float32)
         for _ in range(2):
-            kneighbors(R, R[:N], 3, device="cuda")
+            kneighbors(R, R[:N], 3, device="cuda", backend="triton")
     assert len(graphs._graphs) == 2
     assert [key[1] for key in graphs._graphs] == [tuple(s) for s in shapes[1:]]
     graphs.clear_search_graphs()
     assert not graphs._graphs
 
 
-def test_small_or_torch_searches_are_not_captured(graphs):
+def test_torch_searches_are_not_captured(graphs):
     X = np.random.default_rng(7).standard_normal((500, 8)).astype(np.float32)
     for _ in range(3):
-        kneighbors(X, X, 3, device="cuda")  # 250,000 pairs: the torch engine
         kneighbors(np.tile(X, (17, 1)), k=3, device="cuda", backend="torch")
+        kneighbors(X, X, 3, device="cuda", metric="manhattan")  # no dense form: the torch engine
     assert not graphs._graphs
+
+
+@pytest.mark.parametrize("kind,d,self_search", [("gauss", 9, True), ("gauss", 57, False), ("ties", 6, True),
+                                                ("ties", 20, False), ("mixed", 9, True)])
+@pytest.mark.parametrize("on_device", [False, True])
+def test_replayed_dense_searches_equal_the_eager_path(graphs, monkeypatch, kind, d, self_search, on_device):
+    """Integer data captured as exact float32 scores, other data with float64 products; each replay on new data."""
+    for call in range(4):
+        data = list(_datasets("ties" if kind == "mixed" and call % 2 else "gauss" if kind == "mixed" else kind, d, 700,
+                              seed=d + call, n=N_DENSE))[0]
+        R, Q = data
+        if on_device:
+            R, Q = torch.from_numpy(R).cuda(), torch.from_numpy(Q).cuda()
+        args = (R,) if self_search else (R, Q)
+        got = kneighbors(*args, k=20, device="cuda")
+        want = _eager(graphs, monkeypatch, *args, k=20, device="cuda")
+        host = kneighbors(*(a.cpu().numpy() if on_device else a for a in args), k=20, device="cpu")
+        got, want = tuple(np.asarray(t.cpu()) if on_device else t for t in got), tuple(
+            np.asarray(t.cpu()) if on_device else t for t in want)
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0].view(np.int32), want[0].view(np.int32))
+        np.testing.assert_array_equal(got[1], host[1])
+        # distances: the same float32 squared distances; the GPU's float32 square root may differ by an ulp
+        np.testing.assert_allclose(got[0], host[0], rtol=2.0**-22, atol=0)
+    assert len(graphs._graphs) == 1
+    (key,) = graphs._graphs
+    assert key[-1] == "dense"

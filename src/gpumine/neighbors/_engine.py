@@ -36,6 +36,7 @@ from ..core.triton.knn import FUSED_METRICS, MAX_FUSED_CANDIDATES, fused_candida
 from ..core.triton.rerank import (RERANK_KERNEL_AVAILABLE, RERANK_MAX_FEATURES, RERANK_MAX_WIDTH, RERANK_SCORED_METRICS,
                                   rerank_select)
 
+from ._dense import dense_by_size, dense_eligible, dense_search
 from ._duplicates import DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
 from ._magnitude import arithmetic, magnitudes
 from ._float64_order import FLOAT64_ORDER_METRICS, Float64Tiles, certified_rows, needs_float64_order, rescore
@@ -435,14 +436,21 @@ def knn_search(
             return finish_scores(found[0].to(result_device), metric, as_distance, scale), found[1].to(result_device)
     engine = dict(device=device, budget_bytes=budget_bytes, verbose=verbose, stats=stats, backend=backend, precision=precision)
     order64 = float64_order and needs_float64_order(ref, query, metric)
+    if _dense_eligible(ref, metric, float64_order, device, backend, precision) and not same_device(ref.device, device):
+        same = query is ref  # dense searches keep the references on the device
+        ref = ref.to(device)
+        query = ref if same else query.to(device)
     unique = UniqueRows.find(ref) if dedupe and _dedup_applies(ref, query, k, metric, device, exclude_self) else None
-    if unique is None and not order64:
-        _engine_search(ref, query, k, metric, exclude_self, out_scores, out_index, **engine)
-        return finish_scores(out_scores, metric, as_distance, scale), out_index
-    if unique is not None:
-        keys, index = _search_unique(unique, query, k, metric, exclude_self=exclude_self, order64=order64, **engine)
+    if unique is not None:  # the distinct rows' search decides for itself whether it runs dense
+        keys, index = _search_unique(unique, query, k, metric, exclude_self=exclude_self, order64=order64,
+                                     float64_order=float64_order, **engine)
     else:
-        keys, index = _search_ordered(ref, query, k, metric, exclude_self, order64, **engine)
+        dense = _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, engine)
+        if not order64 and not dense:
+            _engine_search(ref, query, k, metric, exclude_self, out_scores, out_index, **engine)
+            return finish_scores(out_scores, metric, as_distance, scale), out_index
+        keys, index = _search_ordered(ref, query, k, metric, exclude_self, order64, float64_order=float64_order, dense=dense,
+                                      **engine)
     # reported values: the float64 exact scores rounded to the data's dtype where the order is
     # float64 (the nearest float32 to the true score), else the engine's exact scores
     out_scores.copy_(keys)
@@ -480,9 +488,71 @@ def _engine_search(ref, query, k, metric, exclude_self, out_scores, out_index, *
         retries.report(stats)
 
 
-def _search_ordered(ref, query, k, metric, exclude_self, order64, *, device, budget_bytes, verbose, stats, backend, precision):
-    """Top k on ``device`` as ``(keys, index)``: keys are float64 scores when ``order64`` (see :mod:`._float64_order`)."""
+def _dense_eligible(ref, metric, float64_order, device, backend, precision) -> bool:
+    """Whether a search may run dense (:mod:`._dense`): its order is by float64 scores and the references fit."""
+    return ((float64_order or ref.dtype == torch.float64) and dense_eligible(metric, ref.dtype, device, backend, precision)
+            and (same_device(ref.device, device) or _fits_resident(ref, device)))
+
+
+def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, engine, deduplicated: bool = False) -> bool:
+    """Whether this search runs dense: by its shape, for distinct rows of duplicated data, or by a probe.
+
+    Large searches are the fused kernel's where its first pass certifies nearly
+    every row (continuous data without duplicates); where ties or near-ties leave
+    rows open (integer data, duplicates, clusters), its retries cost more than
+    one dense pass, whose work is bounded whatever the ties. A strided sample of
+    ``DENSE_PROBE_ROWS`` queries through the fused first pass tells which (one
+    launch over the references for the sample). Searches of fewer than
+    ``DENSE_PROBE_MIN_REFERENCES`` references run dense unprobed.
+    """
+    device, backend, precision = engine["device"], engine["backend"], engine["precision"]
+    if not _dense_eligible(ref, metric, float64_order, device, backend, precision) or not same_device(ref.device, device):
+        return False
+    if deduplicated or dense_by_size(query.shape[0], ref.shape[0], ref.shape[1]) or ref.shape[0] < DENSE_PROBE_MIN_REFERENCES:
+        return True
+    n_query = query.shape[0]
+    picks = torch.linspace(0, n_query - 1, min(DENSE_PROBE_ROWS, n_query), device=query.device).round().long().unique()
+    sample = query.index_select(0, picks)
+    # a self-search's sample keeps its own rows: one neighbour more (and one more for the float64 order)
+    width = min(k + (1 if exclude_self else 0) + (1 if order64 else 0), ref.shape[0])
+    sp = plan_search(ref, sample, width, metric, device=device, budget_bytes=engine["budget_bytes"], backend=backend,
+                     precision=precision)
+    if not (sp.fused and sp.plan.query_rows >= sample.shape[0]):
+        return True  # the tile engine's selection costs more than a dense pass
+    refs = _References(ref, metric, sp.plan.ref_rows, device, resident=sp.resident)
+    certified = first_pass(sp, refs, sample, 0, False)[2]
+    n_open = int((~certified).sum())
+    if engine["stats"] is not None:
+        engine["stats"].update(probe_rows=int(sample.shape[0]), probe_rows_open=n_open)
+    return n_open > DENSE_PROBE_MAX_OPEN * sample.shape[0]
+
+
+# Queries sampled to choose between the fused kernel and a dense search (see _runs_dense), and
+# the share of them left open by the fused kernel's first pass above which the search runs dense.
+# On the real-data sweep the sets whose sample the first pass certified all but 1-2 % of (no
+# duplicates) ran faster fused; the others dense (BENCHMARKS.md, "Design measurements quoted in
+# the code").
+DENSE_PROBE_ROWS = 1024
+DENSE_PROBE_MAX_OPEN = 0.02
+# Below this many references the dense pass measured faster than the fused kernel on every
+# real set (magic.gamma 19,020 rows: even), continuous or not
+DENSE_PROBE_MIN_REFERENCES = 1 << 16
+
+
+def _search_ordered(ref, query, k, metric, exclude_self, order64, *, device, budget_bytes, verbose, stats, backend, precision,
+                    float64_order=True, dense=None, deduplicated=False):
+    """Top k on ``device`` as ``(keys, index)``: keys are float64 scores when ``order64`` (see :mod:`._float64_order`).
+
+    ``dense``: run dense (:mod:`._dense`); None decides by :func:`_runs_dense`
+    (``deduplicated``: ``ref`` are the distinct rows of duplicated data).
+    """
     engine = dict(device=device, budget_bytes=budget_bytes, verbose=verbose, stats=stats, backend=backend, precision=precision)
+    if dense is None:
+        dense = _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, engine, deduplicated)
+    if dense:
+        # float32 scores that are not exact (order64) rule out exactly scored integer data
+        return dense_search(ref, query if same_device(query.device, device) else query.to(device), k, metric,
+                            exclude_self=exclude_self, budget_bytes=budget_bytes, stats=stats, maybe_integral=not order64)
     width = float64_list_width(k, ref.shape[0], exclude_self) if order64 else k
     scores = torch.empty((query.shape[0], width), dtype=ref.dtype, device=device)
     index = torch.empty((query.shape[0], width), dtype=torch.int64, device=device)
@@ -544,7 +614,7 @@ def _dedup_applies(ref, query, k, metric: Metric, device: torch.device, exclude_
 
 
 def _search_unique(unique: UniqueRows, query, k, metric, *, exclude_self, order64, device, budget_bytes, verbose, stats, backend,
-                   precision):
+                   precision, float64_order=True):
     """Top k as ``(keys, index)`` through the distinct rows (see :mod:`._duplicates`)."""
     m = unique.rows.shape[0]
     width = k + 1 if exclude_self else k  # a query's own row is dropped after the expansion
@@ -553,7 +623,7 @@ def _search_unique(unique: UniqueRows, query, k, metric, *, exclude_self, order6
     k_u = min(m, width)
     inner_stats = {} if stats is not None else None
     found_s, found_d = _search_ordered(unique.rows, queries, k_u, metric, False, order64, verbose=verbose, stats=inner_stats,
-                                       **inner)
+                                       float64_order=float64_order, deduplicated=True, **inner)
     scores, index = expand_neighbours(unique, found_s, found_d, width, budget_bytes)
     if exclude_self:
         originals = unique.inverse

@@ -39,6 +39,9 @@ from ..core.distance import Metric
 from ._engine import (_References, _Retries, _range_plan, finish_scores, first_pass, float64_list_width, order_by_float64,
                       plan_search)
 from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range
+from . import _dense
+from ._dense import (DENSE_MARGIN, DenseReferences, dense_by_size, dense_eligible, integer_centre, integer_centre_on_device,
+                     tile_dtype_for)
 from ._magnitude import smallest_nonzero_magnitude
 
 __all__ = ["search_with_graph", "clear_search_graphs", "GRAPH_SEARCHES"]
@@ -166,6 +169,123 @@ class _CapturedSearch:
         return self.scores.to(result_device, copy=True), self.index.to(result_device, copy=True)
 
 
+class _CapturedDense(_CapturedSearch):
+    """A captured dense search (:mod:`._dense`): one block's product, selection, re-score and certificate.
+
+    ``exact``: captured for integer data scored exactly in float32 (an integer
+    centre computed on the device); a replay whose data does not qualify goes
+    the eager way. Open rows are settled after the replay by the eager radius pass.
+    """
+
+    def __init__(self, ref_shape, query_shape, k: int, metric: Metric, exclude_self: bool, to_host: bool, device, exact: bool):
+        self.metric, self.k, self.exact, self.device = metric, k, exact, device
+        sp = _DenseCapturePlan(device)
+        super().__init__(sp, ref_shape, query_shape, k, exclude_self, to_host)
+        self.host_flags = torch.empty(self.host_flags.numel() + 1, dtype=torch.float64, pin_memory=True)
+
+    def _build(self):
+        query = self.ref_in if self.query_in is None else self.query_in
+        inputs = (self.ref_in,) if self.query_in is None else (self.ref_in, query)
+        extremes = [torch.stack(torch.aminmax(t)) for t in inputs]
+        integral = [(t == torch.round(t)).all()[None] for t in inputs]
+        tiniest = [smallest_nonzero_magnitude(t)[None] for t in inputs]
+        for t in inputs:  # checked after the replay; meanwhile nothing may turn NaN or infinity into an index
+            torch.nan_to_num_(t, nan=0.0, posinf=0.0, neginf=0.0)
+        if self.exact:
+            centre, qualifies = integer_centre_on_device(self.ref_in, query)
+        else:
+            centre, qualifies = None, torch.ones((), dtype=torch.bool, device=self.device)
+        refs = DenseReferences(self.ref_in, self.k, self.metric, exclude_self=self.exclude_self,
+                               tile_dtype=tile_dtype_for(self.device), centre=centre)
+        block = _dense.first_pass(refs, query, 0)
+        open_rows = (~block.certified).sum()
+        flags = [torch.cat(extremes).double(), torch.cat(integral).double(), torch.cat(tiniest).double(),
+                 qualifies.double()[None], open_rows.double()[None]]
+        self.host_flags.copy_(torch.cat(flags), non_blocking=True)
+        self.scores = block.keys[:, : self.k].to(torch.float32)
+        self.index = block.index[:, : self.k]
+        if self.to_host:
+            self.host_scores.copy_(self.scores, non_blocking=True)
+            self.host_index.copy_(self.index, non_blocking=True)
+        self.refs, self.block, self.query = refs, block, query
+
+    def run(self, ref, query, result_device, on_device: bool = False, working_memory=None):
+        """Replay on new operands: ``(float32 scores, index)`` on ``result_device``, or None for the eager path."""
+        self.load(ref, query)
+        self.graph.replay()
+        torch.cuda.current_stream(self.device).synchronize()  # the one host wait
+        flags = self.host_flags.numpy()
+        n_inputs = (len(flags) - 2) // 4
+        extremes, qualifies, open_rows = flags[: 2 * n_inputs], flags[-2] == 1.0, int(flags[-1])
+        tiniest = float(flags[3 * n_inputs : 4 * n_inputs].min())
+        if not np.isfinite(extremes).all() or not qualifies:
+            return None
+        if _range_plan(self.ref_in, self.query, float(np.abs(extremes).max()), tiniest) != (torch.float32, None):
+            return None
+        if open_rows:
+            _dense.settle(self.refs, self.block, working_memory_bytes(working_memory, self.device))
+            return self.block.keys[:, : self.k].to(device=result_device, dtype=torch.float32), \
+                self.block.index[:, : self.k].to(result_device, copy=True)
+        if self.to_host:
+            return self.host_scores, torch.from_numpy(self.host_index.numpy().copy())
+        return self.scores.to(result_device, copy=True), self.index.to(result_device, copy=True)
+
+
+class _DenseCapturePlan:
+    """What :class:`_CapturedSearch` reads of a plan, for a dense capture."""
+
+    def __init__(self, device):
+        self.device = device
+
+
+def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host, result_device,
+                 as_distance):
+    """:func:`search_with_graph` for searches that run dense: the result, or None for the eager path."""
+    key = _key(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host) + ("dense",)
+    with _lock:
+        entry = _graphs.get(key)
+        if entry is not None:
+            _graphs.move_to_end(key)
+        elif key in _refused or key in _ineligible:
+            return None
+    if entry is None:
+        budget = working_memory_bytes(working_memory, device)
+        available = ref.shape[0] - (1 if exclude_self else 0)
+        item = 8 if tile_dtype_for(device) == torch.float64 else 4
+        # one block: every score row and the candidates' re-score temporaries within the budget
+        block_bytes = query.shape[0] * (ref.shape[0] * item * 2 + min(available, k + DENSE_MARGIN) * (ref.shape[1] + 4) * 24)
+        with _lock:
+            if block_bytes > budget:
+                _remember(_ineligible, key)
+                return None
+            if key not in _seen:
+                _remember(_seen, key)
+                return None
+        on_device_ref = ref.to(device)
+        exact = integer_centre(on_device_ref, on_device_ref if exclude_self else query.to(device)) is not None
+        entry = _CapturedDense(ref.shape, query.shape, k, metric, exclude_self, to_host, device, exact)
+        try:
+            with entry.lock:
+                entry.load(ref, query)
+                entry.capture()
+        except RuntimeError:  # something in the pass cannot be captured here: stay eager for this shape
+            with _lock:
+                _refused.add(key)
+            return None
+        with _lock:
+            _graphs[key] = entry
+            while len(_graphs) > GRAPH_CACHE_SIZE:
+                _graphs.popitem(last=False)
+    with entry.lock:
+        found = entry.run(ref, query, result_device, working_memory=working_memory)
+        if found is None:
+            return None
+        scores = finish_scores(found[0], metric, as_distance, None)
+        if scores is entry.host_scores:  # no new tensor (scores wanted, or a metric's distances are its scores)
+            scores = scores.clone()
+    return scores, found[1]
+
+
 # A replay whose float64 order leaves more rows open than this goes to the eager path (which
 # searches duplicate-heavy data through its distinct rows), and its shape stays eager after
 _GRAPH_MAX_OPEN_ROWS = 64
@@ -232,6 +352,13 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
     if knn_tuning.tuning_results() is not None:  # tuning times launches one by one
         return None
     to_host = result_device.type == "cpu"
+    if dense_eligible(metric, torch.float32, device, backend, precision):
+        if dense_by_size(n_query, n_ref, ref.shape[1]):
+            return _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host,
+                                result_device, as_distance)
+        # larger searches choose between the fused kernel and a dense pass by the data (a probe,
+        # duplicates; see gpumine.neighbors._engine._runs_dense): the eager path decides
+        return None
     # float32 lists one longer, for the float64 order (see gpumine.neighbors._float64_order)
     width = float64_list_width(k, n_ref, exclude_self) if metric.name in FLOAT64_ORDER_METRICS else k
     key = _key(ref, query, width, metric, exclude_self, device, backend, precision, working_memory, to_host and width == k)

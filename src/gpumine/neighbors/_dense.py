@@ -1,0 +1,327 @@
+"""Dense searches: one score matrix per query block and a fixed number of launches.
+
+For searches small enough that a block of queries can hold its scores against
+every reference, the candidate machinery of the tile engine (tile merges,
+retries, exact scans) costs more in launches and host waits than the work
+itself. Here each block of queries runs, whatever the data:
+
+1. **one product**: the block's scores against all references (the metric's
+   matrix-product form, within :meth:`Metric.bounds` of the true scores);
+2. **one top-c** (c = k plus a margin) of those scores;
+3. **one float64 re-score** of the c candidates and a sort by (float64 score,
+   index) — the result order the engine promises for float32 data;
+4. **one certificate**: a row is final when its float64 k-th score is below the
+   least true score any reference left out can have (the c-th tile score less
+   the bound);
+5. **one radius pass** for the rows left open (ties or near-ties across the
+   k-th place): every reference whose tile score can be at or under the row's
+   float64 k-th score is collected from the same score matrix, re-scored in
+   float64 and sorted. Each true neighbour is among them, so the row is final.
+
+Bound: per block one (queries x references) product and selection, (queries x
+c) float64 re-scores, and for the open rows at most one float64 re-score of
+every reference they collect — never more than one float64 pass over those
+rows' pairs, however many ties the data has. Host waits: one per block (the
+open rows), plus one per group of open rows (their widest collection).
+
+Results equal the engine's float64-ordered search bit for bit: the same float64
+per-pair scores (:meth:`Metric.exact_scores`, in its fixed summation order),
+ordered by (score, index), reported rounded to the data's dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..core.distance import Metric
+from ..core.select import PAD_INDEX
+
+__all__ = ["DENSE_METRICS", "DENSE_MAX_PAIRS", "DENSE_MIN_FEATURES_ALWAYS", "dense_applies", "dense_by_size", "dense_eligible",
+           "dense_search", "DenseReferences", "first_pass", "settle", "integer_centre", "integer_centre_on_device", "tile_dtype_for"]
+
+# metrics with a matrix-product tile form whose error Metric.bounds states
+DENSE_METRICS = ("euclidean", "sqeuclidean")
+# Searches of at most this many (query, reference) pairs run dense on a GPU, and so do those at
+# more features than the fused kernel takes (DENSE_MIN_FEATURES_ALWAYS). Larger ones are probed
+# (gpumine.neighbors._engine): the fused kernel, whose threshold keeps most pairs out of any
+# selection, where it certifies a sample of the queries, else dense.
+DENSE_MAX_PAIRS = 1 << 26
+DENSE_MIN_FEATURES_ALWAYS = 81
+# candidates per row beyond k: enough that continuous data certifies nearly every row
+DENSE_MARGIN = 16
+# float32 and float64 relative rounding of a sum of d non-negative terms (see _float64_order)
+_REL32 = 2.0**-24
+_REL64 = 2.0**-53
+
+
+def dense_eligible(metric: Metric, dtype: torch.dtype, device: torch.device, backend: str, precision: str) -> bool:
+    """Whether a search may run dense at all: a GPU, the automatic backend, exact products, an L2 metric."""
+    return (device.type == "cuda" and backend == "auto" and precision == "exact" and metric.name in DENSE_METRICS
+            and dtype in (torch.float32, torch.float64))
+
+
+def dense_by_size(n_query: int, n_ref: int, d: int) -> bool:
+    """Whether a search's shape alone sends it dense (see ``DENSE_MAX_PAIRS``); larger ones are probed."""
+    return n_ref > 0 and d > 0 and (n_query * n_ref <= DENSE_MAX_PAIRS or d >= DENSE_MIN_FEATURES_ALWAYS)
+
+
+def dense_applies(metric: Metric, dtype: torch.dtype, device: torch.device, backend: str, precision: str, n_query: int,
+                  n_ref: int, d: int) -> bool:
+    """Whether ``knn_search`` runs this search dense by its shape (see the module docstring)."""
+    return dense_eligible(metric, dtype, device, backend, precision) and dense_by_size(n_query, n_ref, d)
+
+
+def tile_dtype_for(device: torch.device) -> torch.dtype:
+    """The dtype of the dense score matrix: float64 where the device multiplies it at full speed.
+
+    Float64 products bound the matrix's error at about 2^-53 of the squared
+    norms instead of 2^-24, so real data whose norms dwarf its distances
+    (counts, money, pixel sums) still certifies nearly every row. Data-centre
+    GPUs (compute capability x.0: P100, V100, A100, H100, ...) run float64
+    products at half or more of float32's rate; others at 1/32 or less.
+    """
+    if device.type != "cuda":
+        return torch.float32
+    major, minor = torch.cuda.get_device_capability(device)
+    return torch.float64 if major >= 6 and minor == 0 else torch.float32
+
+
+def integer_centre(ref: torch.Tensor, query: torch.Tensor) -> torch.Tensor | None:
+    """An integer centre for integer-valued data whose float32 dense scores are then exact, else None.
+
+    With every feature shifted by a whole number, each term, partial sum and
+    score of the product form ``|y|^2 - 2 x.y`` (and the score ``|x - y|^2``)
+    is an integer under 2^24 when ``4 sum_f m_f^2 < 2^24`` (``m_f`` the largest
+    shifted magnitude of feature f): float32 represents all of them exactly, in
+    any summation order. Not under TF32 products (operands lose bits).
+    """
+    if ref.dtype != torch.float32 or _matmul_rounds_operands(ref.device):
+        return None
+    centre, exact = integer_centre_on_device(ref, query)
+    return centre if bool(exact) else None
+
+
+def integer_centre_on_device(ref: torch.Tensor, query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`integer_centre` as tensors, with no host wait: ``(centre, whether it makes the scores exact)``."""
+    arrays = [X for X in ((ref,) if query is ref else (ref, query)) if X.numel()]
+    integral = torch.stack([(X == torch.round(X)).all() for X in arrays]).all()
+    lows = torch.stack([X.amin(0) for X in arrays]).amin(0).double()
+    highs = torch.stack([X.amax(0) for X in arrays]).amax(0).double()
+    centre = torch.round((lows + highs) / 2)
+    reach = torch.maximum(highs - centre, centre - lows)
+    return centre.to(ref.dtype), integral & (4.0 * (reach * reach).sum() < _EXACT_INTEGER_LIMIT)
+
+
+_EXACT_INTEGER_LIMIT = 2.0**24
+
+
+def _matmul_rounds_operands(device: torch.device) -> bool:
+    """Whether float32 products on ``device`` may round their operands (TF32 / reduced precision)."""
+    if torch.get_float32_matmul_precision() != "highest":
+        return True
+    return device.type == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32)
+
+
+class DenseReferences:
+    """The references prepared once for the blocks of a dense search.
+
+    ``centre``: an integer centre (:func:`integer_centre`) makes the float32
+    scores exact (``exact``); it may be a tensor computed on the device by a
+    captured search, whose flag then says afterwards whether it held.
+    """
+
+    def __init__(self, ref: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool, tile_dtype: torch.dtype,
+                 centre: torch.Tensor | None = None):
+        self.ref, self.k, self.metric, self.exclude_self = ref, k, metric, exclude_self
+        self.d = ref.shape[1]
+        self.available = ref.shape[0] - (1 if exclude_self else 0)
+        self.c = min(self.available, k + DENSE_MARGIN)
+        self.exact = centre is not None
+        self.tile_dtype = ref.dtype if self.exact else tile_dtype
+        wide = ref.to(self.tile_dtype)
+        self.centre = centre if self.exact else metric.centre(wide)
+        prepared = metric.prepare(wide, self.centre, "ref")
+        self.rows = prepared["rows"]
+        self.scale = metric.ref_scale(prepared)
+        self.source = _FeatureSource(ref, metric, self.d)
+
+    def block_rows(self, budget_bytes: int) -> int:
+        """Queries per block: a score row, its top-c scratch and the float64 re-score temporaries each."""
+        item = torch.finfo(self.tile_dtype).bits // 8
+        row_bytes = self.ref.shape[0] * item * 2 + self.c * (self.d + 4) * 8 * 3
+        return max(1, budget_bytes // row_bytes)
+
+
+class DenseBlock:
+    """One query block after its first pass: sorted candidates, certificate, and what the radius pass needs."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+def first_pass(refs: DenseReferences, Q: torch.Tensor, q0: int) -> DenseBlock:
+    """Product, top-c, (re-)score, sort and certificate of one block of queries, with no host wait."""
+    metric, d, k, c = refs.metric, refs.d, refs.k, refs.c
+    device, b = Q.device, Q.shape[0]
+    Qp = metric.prepare(Q.to(refs.tile_dtype), refs.centre, "query")
+    S = Qp["rows"] @ refs.rows.T
+    if refs.exclude_self:
+        S[:, q0 : q0 + b].diagonal().fill_(float("inf"))
+    cand_scores, cand = torch.topk(S, c, dim=1, largest=False, sorted=False)
+    own = torch.arange(q0, q0 + b, device=device) if refs.exclude_self else None
+    offset, offset_error = metric.tile_offset(Qp, d)
+    offset = offset.double()
+    if refs.exact:  # the tile scores plus |x|^2 are the scores: no re-score, no error
+        Q64, slack = None, torch.zeros_like(offset)
+        keys, index = _sorted(cand_scores.double() + offset[:, None], cand, own)
+    else:
+        Q64 = Q.to(torch.float64)
+        low = metric.bounds(Qp, refs.scale, d, device, cand_scores[:, 0], cand_scores[:, 0])[0]
+        slack = low.double() + offset_error.double()
+        keys, index = _sorted(refs.source.scores(Q64, cand), cand, own)
+    kth = keys[:, k - 1]
+    if c < refs.available:
+        # every reference left out has a tile score >= the c-th kept one; with exact scores a
+        # tie group reaching past the c-th place leaves its row open
+        least_out = cand_scores.amax(1).double() + offset - slack
+        if not refs.exact:
+            least_out = least_out - least_out.abs() * _rel(refs.tile_dtype, d)
+        certified = kth * (1.0 + _rel(torch.float64, d)) < least_out
+    else:  # every reference is a candidate
+        certified = torch.ones(b, dtype=torch.bool, device=device)
+    return DenseBlock(S=S, keys=keys, index=index, certified=certified, kth=kth, offset=offset, slack=slack, Q64=Q64,
+                      own=own)
+
+
+def settle(refs: DenseReferences, block: DenseBlock, budget_bytes: int) -> int:
+    """The radius pass for the block's open rows (host waits); returns how many rows it settled."""
+    open_rows = (~block.certified).nonzero().squeeze(1)
+    if not open_rows.numel():
+        return 0
+    d = refs.d
+    # a true neighbour scores at most kth (within the float64 rounding); its tile score is then at
+    # most that, less the offset, plus the tile's error
+    grow = 1.0 if refs.exact else 1.0 + _rel(torch.float64, d) + _rel(refs.tile_dtype, d)
+    reach = block.kth[open_rows] * grow - block.offset[open_rows] + block.slack[open_rows]
+    found = _collect_within(block.S, open_rows, reach, block.offset, block.Q64, refs.source, block.own, refs.k, budget_bytes)
+    block.keys[open_rows, : refs.k], block.index[open_rows, : refs.k] = found
+    return int(open_rows.numel())
+
+
+def dense_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool, budget_bytes: int,
+                 stats: dict | None = None, tile_dtype: torch.dtype | None = None,
+                 maybe_integral: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top k of every query as ``(float64 scores, indices)`` on the data's device, by (float64 score, index).
+
+    ``exclude_self``: query i is reference i (the queries are the references or
+    a prefix of them) and is left out of its own list. ``k`` must not exceed the
+    references available to a row. ``tile_dtype``: the score matrix's dtype
+    (default :func:`tile_dtype_for` the device); integer data of a small
+    enough range is scored exactly in float32 whatever it is
+    (:func:`integer_centre`), and then needs no float64 re-score;
+    ``maybe_integral=False`` skips that check (the caller knows the data is not
+    such, one host wait less).
+    """
+    n_query = query.shape[0]
+    device = ref.device
+    keys_out = torch.empty((n_query, k), dtype=torch.float64, device=device)
+    index_out = torch.empty((n_query, k), dtype=torch.int64, device=device)
+    if n_query == 0:
+        return keys_out, index_out
+    refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=tile_dtype or tile_dtype_for(device),
+                           centre=integer_centre(ref, query) if maybe_integral else None)
+    rows = min(n_query, refs.block_rows(budget_bytes))
+    n_open = 0
+    for q0 in range(0, n_query, rows):
+        block = first_pass(refs, query[q0 : q0 + rows], q0)
+        n_open += settle(refs, block, budget_bytes)
+        keys_out[q0 : q0 + rows] = block.keys[:, :k]
+        index_out[q0 : q0 + rows] = block.index[:, :k]
+    if stats is not None:
+        stats.update(selection="dense", candidates=refs.c, query_rows=rows, rows_radius_pass=n_open, scores_exact=refs.exact,
+                     tile_dtype=str(refs.tile_dtype).replace("torch.", ""))
+    return keys_out, index_out
+
+
+def _rel(dtype: torch.dtype, d: int) -> float:
+    """Relative rounding bound of a sum of ``d`` non-negative terms in ``dtype`` (see :mod:`._float64_order`)."""
+    return (2 * d + 8) * (2.0**-53 if dtype == torch.float64 else 2.0**-24)
+
+
+class _FeatureSource:
+    """The references in float64 for the re-score, in :meth:`Metric.exact_scores`' summation order."""
+
+    def __init__(self, ref: torch.Tensor, metric: Metric, d: int):
+        self.metric, self.d = metric, d
+        self.by_feature = metric.sums_by_feature(d)
+        self.ref = ref
+        # up to one chunk of features the terms are added left to right: gathered as float64
+        # rows once, then one subtraction, one product and d - 1 additions (the by-feature
+        # form's values, in a quarter of its launches)
+        self.rows64 = ref.to(torch.float64) if self.by_feature else None
+
+    def scores(self, Q64: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Float64 :meth:`Metric.exact_scores` of ``Q64[i]`` against references ``index[i, j]``."""
+        flat = index.reshape(-1)
+        if self.by_feature:
+            terms = Q64[:, None, :] - self.rows64.index_select(0, flat).view(*index.shape, self.d)
+            terms = terms.mul_(terms) if self.metric.name != "manhattan" else terms.abs_()
+            if self.d == 1:
+                return terms[..., 0]
+            total = terms[..., 0] + terms[..., 1]
+            for f in range(2, self.d):
+                total.add_(terms[..., f])
+            return total
+        rows = self.ref.index_select(0, flat).to(torch.float64).view(*index.shape, Q64.shape[1])
+        return self.metric.exact_scores(Q64, rows)
+
+
+def _sorted(keys, cand, own):
+    """Candidates sorted by (key, index); a query's own entry is padding."""
+    if own is not None:
+        mine = cand == own[:, None]
+        keys = keys.masked_fill(mine, float("inf"))
+        cand = cand.masked_fill(mine, PAD_INDEX)
+    order = torch.argsort(cand, dim=1, stable=True)
+    order = order.gather(1, torch.argsort(keys.gather(1, order), dim=1, stable=True))
+    return keys.gather(1, order), cand.gather(1, order)
+
+
+def _collect_within(S, rows, reach, offset, Q64, source: "_FeatureSource", own, k: int, budget_bytes: int):
+    """Top k of ``rows`` from every reference whose tile score is at most ``reach`` (the radius pass).
+
+    ``Q64`` None: the tile scores plus ``offset`` are the exact scores (no re-score).
+    """
+    # compared in the tile's dtype, the reach rounded up so nothing at or under it is missed
+    limit = reach.to(S.dtype)
+    limit = torch.where(limit.double() < reach, torch.nextafter(limit, torch.full_like(limit, float("inf"))), limit)
+    counts = (S[rows] <= limit[:, None]).sum(1)
+    # rows collecting alike go together, so a few wide rows do not widen every group
+    counts, by_count = torch.sort(counts)
+    rows = rows[by_count]
+    counts_host = counts.tolist()
+    n = rows.numel()
+    keys_out = torch.empty((n, k), dtype=torch.float64, device=S.device)
+    index_out = torch.empty((n, k), dtype=torch.int64, device=S.device)
+    d = source.d
+    per_candidate = (d + 4) * 8 * 3 + S.element_size() * 2
+    start = 0
+    while start < n:
+        step = max(1, budget_bytes // (per_candidate * max(k, counts_host[start])))
+        # counts ascend: halve the group until its widest row fits too
+        while step > 1 and step * max(k, counts_host[min(n, start + step) - 1]) * per_candidate > budget_bytes:
+            step //= 2
+        stop = min(n, start + step)
+        width = min(S.shape[1], max(k, counts_host[stop - 1]))
+        group = rows[start:stop]
+        values, cand = torch.topk(S[group], width, dim=1, largest=False, sorted=False)
+        if Q64 is None:
+            keys = values.double() + offset[group].double()[:, None]
+        else:
+            keys = source.scores(Q64[group], cand)
+        keys, index = _sorted(keys, cand, None if own is None else own[group])
+        keys_out[start:stop], index_out[start:stop] = keys[:, :k], index[:, :k]
+        start = stop
+    unsort = torch.empty_like(by_count)
+    unsort[by_count] = torch.arange(n, device=by_count.device)
+    return keys_out[unsort], index_out[unsort]

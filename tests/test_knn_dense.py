@@ -1,0 +1,187 @@
+"""The dense search (one score matrix per query block): exact under ties, bounded work, same results as the engine."""
+
+import numpy as np
+import pytest
+import torch
+
+from gpumine.core.distance import get_metric
+from gpumine.neighbors import kneighbors
+from gpumine.neighbors import _dense, _engine
+
+from knn_oracle import assert_knn_matches
+
+
+def _data(name, rng):
+    if name == "uniform":
+        return rng.random((500, 9)).astype(np.float32)
+    if name == "integer_grid":
+        return rng.integers(0, 4, (400, 3)).astype(np.float32)
+    if name == "duplicate_blocks_larger_than_k":
+        return np.repeat(rng.random((12, 5)).astype(np.float32), 30, axis=0)
+    if name == "all_equal":
+        return np.full((200, 4), 7.0, np.float32)
+    if name == "clusters_far_from_origin":
+        centres = rng.integers(0, 5, (600, 1)) * 100.0 + 1e4
+        return (centres + rng.normal(size=(600, 8)) * 1e-3).astype(np.float32)
+    if name == "high_dimension":
+        return rng.random((300, 100)).astype(np.float32)
+    if name == "tiny_and_huge":
+        return (rng.random((300, 6)) * np.array([1e-30, 1e30, 1, 1, 1, 1])).astype(np.float32)
+    raise AssertionError(name)
+
+
+DATA = ["uniform", "integer_grid", "duplicate_blocks_larger_than_k", "all_equal", "clusters_far_from_origin", "high_dimension"]
+
+
+def _engine_order(X, Q, k, metric, exclude_self):
+    """The tile engine's float64-ordered search on the host (no dense path, no host search)."""
+    ref = torch.from_numpy(X)
+    query = ref if Q is None else torch.from_numpy(Q)
+    keys, index = _engine._search_ordered(ref, query, k, get_metric(metric), exclude_self,
+                                          _engine.needs_float64_order(ref, query, get_metric(metric)),
+                                          device=torch.device("cpu"), budget_bytes=1 << 24, verbose=0, stats=None,
+                                          backend="torch", precision="exact", float64_order=False)
+    return keys.double().numpy(), index.numpy()
+
+
+@pytest.mark.parametrize("name", DATA)
+@pytest.mark.parametrize("k", [1, 20])
+# many blocks and radius groups with float32 products; one block with float64 products
+@pytest.mark.parametrize("budget,tile_dtype", [(1 << 14, torch.float32), (1 << 26, torch.float64)])
+def test_dense_all_knn_equals_the_engine_and_float64(name, k, budget, tile_dtype):
+    rng = np.random.default_rng(len(name) * 7 + k)
+    X = _data(name, rng)
+    ref = torch.from_numpy(X)
+    stats = {}
+    keys, index = _dense.dense_search(ref, ref, k, get_metric("sqeuclidean"), exclude_self=True, budget_bytes=budget,
+                                      stats=stats, tile_dtype=tile_dtype)
+    integral = name in ("integer_grid", "all_equal")
+    assert stats["scores_exact"] == integral
+    assert stats["tile_dtype"] == ("float32" if integral else str(tile_dtype).replace("torch.", ""))
+    assert stats["selection"] == "dense"
+    _, want = _engine_order(X, None, k, "sqeuclidean", True)
+    np.testing.assert_array_equal(index.numpy(), want)
+    reported = keys.to(torch.float32).numpy()
+    assert_knn_matches(reported, index.numpy(), X, X, k, "sqeuclidean", exclude_self=True)
+    # the host search (KD-tree / BLAS) promises the same neighbours and scores
+    host_d, host_i = kneighbors(X, k=k, device="cpu", metric="sqeuclidean")
+    np.testing.assert_array_equal(host_i, want)
+    np.testing.assert_array_equal(host_d, reported)
+
+
+@pytest.mark.parametrize("name", ["uniform", "integer_grid", "clusters_far_from_origin"])
+@pytest.mark.parametrize("tile_dtype", [torch.float32, torch.float64])
+def test_dense_queries_apart_from_references(name, tile_dtype):
+    rng = np.random.default_rng(3)
+    X = _data(name, rng)
+    Q = X[::7] + np.float32(0.5)
+    keys, index = _dense.dense_search(torch.from_numpy(X), torch.from_numpy(Q), 9, get_metric("euclidean"),
+                                      exclude_self=False, budget_bytes=1 << 15, tile_dtype=tile_dtype)
+    _, want = _engine_order(X, Q, 9, "euclidean", False)
+    np.testing.assert_array_equal(index.numpy(), want)
+
+
+def test_dense_k_equal_to_every_other_reference_lists_them_all():
+    X = np.random.default_rng(1).integers(0, 3, (40, 2)).astype(np.float32)
+    keys, index = _dense.dense_search(torch.from_numpy(X), torch.from_numpy(X), 39, get_metric("sqeuclidean"),
+                                      exclude_self=True, budget_bytes=1 << 20)
+    assert (np.sort(index.numpy(), axis=1) == np.array([[j for j in range(40) if j != i] for i in range(40)])).all()
+    _, want = _engine_order(X, None, 39, "sqeuclidean", True)
+    np.testing.assert_array_equal(index.numpy(), want)
+
+
+def test_dense_float64_order_beats_float32_ties():
+    # two references whose float32 distances to the query round alike but differ in float64
+    base = np.float32(1.0)
+    X = np.array([[0.0], [base + np.float32(2.0**-23)], [base]], np.float32)
+    Q = np.zeros((1, 1), np.float32) + np.float32(2.0**-24)
+    keys, index = _dense.dense_search(torch.from_numpy(X), torch.from_numpy(Q), 3, get_metric("sqeuclidean"),
+                                      exclude_self=False, budget_bytes=1 << 20)
+    ref_d = ((X.astype(np.float64) - Q.astype(np.float64)) ** 2).ravel()
+    np.testing.assert_array_equal(index.numpy()[0], np.lexsort((np.arange(3), ref_d)))
+
+
+def test_integer_data_is_scored_exactly_only_within_float32_integers():
+    small = torch.tensor([[0.0, 3.0], [-2.0, 1.0]])
+    assert _dense.integer_centre(small, small) is not None
+    assert _dense.integer_centre(small + 0.5, small + 0.5) is None
+    wide = torch.tensor([[0.0], [4096.0]])  # shifted reach 2048: 4 * 2048^2 = 2^24
+    assert _dense.integer_centre(wide, wide) is None
+    assert _dense.integer_centre(wide - 1, wide - 2) is None
+    assert _dense.integer_centre(wide / 2, wide / 2) is not None
+    assert _dense.integer_centre(small.double(), small.double()) is None  # float64 data: no float32 products
+
+
+def test_dense_radius_pass_is_bounded_on_ties():
+    """All-equal points leave every row open; the pass collects each row's references once."""
+    X = np.zeros((300, 3), np.float32)
+    stats = {}
+    keys, index = _dense.dense_search(torch.from_numpy(X), torch.from_numpy(X), 5, get_metric("sqeuclidean"),
+                                      exclude_self=True, budget_bytes=1 << 16, stats=stats)
+    assert stats["rows_radius_pass"] == 300
+    want = np.array([[j for j in range(6) if j != i][:5] for i in range(300)])
+    np.testing.assert_array_equal(index.numpy(), want)
+    assert (keys.numpy() == 0).all()
+
+
+def test_dense_is_routed_for_small_float32_gpu_searches_only():
+    m = get_metric("euclidean")
+    cuda = torch.device("cuda")
+    assert _dense.dense_applies(m, torch.float32, cuda, "auto", "exact", 1000, 1000, 8)
+    assert not _dense.dense_applies(m, torch.float32, torch.device("cpu"), "auto", "exact", 1000, 1000, 8)
+    assert not _dense.dense_applies(m, torch.float32, cuda, "torch", "exact", 1000, 1000, 8)
+    assert not _dense.dense_applies(m, torch.float32, cuda, "auto", "tf32", 1000, 1000, 8)
+    assert not _dense.dense_applies(get_metric("cosine"), torch.float32, cuda, "auto", "exact", 1000, 1000, 8)
+    assert not _dense.dense_applies(m, torch.float32, cuda, "auto", "exact", 1 << 20, 1 << 20, 8)
+    assert _dense.dense_applies(m, torch.float32, cuda, "auto", "exact", 1 << 20, 1 << 20, _dense.DENSE_MIN_FEATURES_ALWAYS)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", DATA + ["tiny_and_huge"])
+def test_dense_on_the_gpu_equals_the_host(name):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    X = _data(name, np.random.default_rng(5))
+    for k in (1, 20):
+        stats = {}
+        gpu_d, gpu_i = kneighbors(X, k=k, device="cuda")
+        cpu_d, cpu_i = kneighbors(X, k=k, device="cpu")
+        np.testing.assert_array_equal(gpu_i, cpu_i)
+        np.testing.assert_array_equal(gpu_d, cpu_d)
+        ref = torch.from_numpy(X).cuda()
+        _engine.knn_search(ref, ref, k, get_metric("euclidean"), exclude_self=True, device=ref.device, budget_bytes=1 << 26,
+                           result_device=ref.device, backend="auto", stats=stats)
+        assert stats.get("selection") == "dense" or name == "tiny_and_huge"
+
+
+@pytest.mark.gpu
+def test_tie_heavy_input_costs_a_small_factor_over_random_on_the_gpu():
+    """Integer grids, duplicate blocks and clusters against uniform data of the same shape (one run, a ratio)."""
+    import time
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    rng = np.random.default_rng(11)
+    n, d = 6000, 6
+    inputs = {
+        "uniform": rng.random((n, d)),
+        "integer_grid": rng.integers(0, 4, (n, d)),
+        "duplicate_blocks": np.repeat(rng.random((n // 100, d)), 100, axis=0),
+        "clusters_far_from_origin": 1e4 + rng.integers(0, 5, (n, 1)) * 100.0 + rng.normal(size=(n, d)) * 1e-3,
+    }
+
+    def best(X):
+        X = torch.as_tensor(X, dtype=torch.float32, device="cuda")
+        times = []
+        for _ in range(5):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            kneighbors(X, k=20, device="cuda")
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    base = best(inputs.pop("uniform"))
+    for name, X in inputs.items():
+        ratio = best(X) / base
+        assert ratio < 4, f"{name}: {ratio:.1f}x the time of uniform data"
