@@ -53,7 +53,7 @@ class C45Classifier(HostPickleMixin, ClassifierMixin, BaseEstimator):
         the node's training instances routed through that branch (J48's default;
         ``False`` is ``J48 -S``: subtree replacement only). Runs on the host
         (NumPy), vectorised over the nodes of equal height, over the training
-        instances of each node.
+        instances of each node (:func:`gpumine.counting.tree._pruning.prune_raising`).
     categorical_features : None, "all", array of indices or bool mask, default=None
         Nominal features (multiway splits). ``None``: the non-numeric columns of a
         DataFrame; every column of an array is numeric.
@@ -63,7 +63,7 @@ class C45Classifier(HostPickleMixin, ClassifierMixin, BaseEstimator):
     handle_unknown : {"error", "missing"}, default="error"
         A nominal category at predict time that fit never saw: raise, or treat as missing.
     representation : {"auto", "histogram", "bitmap", "bitslice"}, default="auto"
-        How the per-depth counts are taken (see the module doc). Fractional
+        How the per-depth counts are taken (see :mod:`gpumine.counting.tree`). Fractional
         weights (sample weights, missing values) always count by histogram.
     device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
     backend : {"auto", "torch", "triton"}, default="auto"
@@ -97,6 +97,8 @@ class C45Classifier(HostPickleMixin, ClassifierMixin, BaseEstimator):
     |   windy = False: yes (3.0)
     |   windy = True: no (2.0)
     outlook = sunny: no (5.0/2.0)
+    >>> tree.predict(pd.DataFrame({"outlook": ["rainy", "overcast"], "windy": [True, True]})).tolist()
+    ['no', 'yes']
     """
 
     def __init__(self, min_samples_leaf=2, confidence=0.25, max_depth=None, *, prune=True, collapse=True,

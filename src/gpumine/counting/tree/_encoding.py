@@ -206,7 +206,6 @@ class _Columns:
             out[known] = np.clip(np.searchsorted(v, col[known].astype(np.float64), side="left"), 0, len(v) - 1)
         return out
 
-
     def encode_predict(self, X, handle_unknown):
         """Codes, numeric values and missing mask, each ``(n, d)``, of prediction data ``X`` (a matrix from
         the estimator's input check); nominal codes of categories fit never saw raise, or are missing with

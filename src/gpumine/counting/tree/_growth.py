@@ -118,51 +118,53 @@ class _TreeGrower:
         # the node of every row at the deepest depth it reaches (its leaf), for the pruning; it names one node per
         # row only while no row has been sent down several branches (missing values)
         row_node = torch.zeros(n, dtype=torch.int64, device=dev) if w is None else None
-        copied = False
+        row_copied = False
         prev = None  # (count table, first child, number of children, table row) of the previous depth's splits
         while level_nodes.size:
             n_level = level_nodes.size
             first_id = int(level_nodes[0])  # the nodes of a depth have consecutive ids
-            if row_node is not None and not copied:
+            if row_node is not None and not row_copied:
                 row_node[rows] = group + first_id
             # the class distribution of every node first (one count over the entries): most nodes of a deep level
             # are leaves (pure or too small), and the full node x level x class table is counted only for the others
             if weight is None:
                 tot = _bincount(group * C + y[rows], n_level * C).reshape(n_level, C).to(torch.float64)
-                cnt = None  # the entries of a node are its (whole) total
+                node_entries = None  # the entries of a node are its (whole) total
             else:
                 tot = grouped_histogram(codes[:, :1], n_levels[:1], y, C, rows, group, n_level, weight,
                                         backend=self.hist_backend).to(torch.float64).sum(1)
-                cnt = _bincount(group, n_level).to(torch.float64)
+                node_entries = _bincount(group, n_level).to(torch.float64)
             total = tot.sum(1)
             splittable = (total >= 2 * min_leaf - _SMALL) & ((total - tot.max(1).values) > _SMALL)
             if self.max_depth is not None and depth >= self.max_depth:
                 splittable = torch.zeros_like(splittable)
             # the host's one look at the depth before the split search
-            view = [tot, splittable[:, None].to(torch.float64)] + ([] if cnt is None else [cnt[:, None]])
+            view = [tot, splittable[:, None].to(torch.float64)]
+            if node_entries is not None:
+                view.append(node_entries[:, None])
             host = torch.cat(view, 1).cpu().numpy()
             tree.dist[level_nodes] = host[:, :C]
             split_h = host[:, C] > 0
-            entries_h = host[:, C + 1] if cnt is not None else host[:, :C].sum(1)
+            entries_h = host[:, C + 1] if node_entries is not None else host[:, :C].sum(1)
             n_splittable = int(np.count_nonzero(split_h))
             if n_splittable == 0:
                 break
-            counts, sel, sel_h, in_order = self._count_tables(codes, y, rows, group, weight, splittable, split_h,
-                                                              entries_h, prev, n, offsets)
+            counts, table_pos, table_pos_h, in_order = self._count_tables(
+                codes, y, rows, group, weight, splittable, split_h, entries_h, prev, n, offsets)
             # counts: (splittable nodes, L, C) weighted counts of node x attribute level x class (int64 while whole)
             counts = counts[:n_splittable] if weight is None else counts[:n_splittable].to(torch.float64)
-            best_s, infos = self.select_splits(counts, tot[sel], total[sel], offsets, in_average, C, min_leaf,
-                                               _lnf if weight is not None else lnf_whole, groups)
+            best_s, infos = self.select_splits(counts, tot[table_pos], total[table_pos], offsets, in_average, C,
+                                               min_leaf, _lnf if weight is not None else lnf_whole, groups)
             chosen = chosen_split_details(best_s, infos, groups, max_children)
             # the host's second look: the chosen attribute of every splittable node and its split's details
             details = torch.cat([best_s[:, None].to(torch.float64), chosen], 1).cpu().numpy()
             best_attr = np.full(n_level, -1, dtype=np.int64)
-            best_attr[sel_h] = details[:, 0].astype(np.int64)
+            best_attr[table_pos_h] = details[:, 0].astype(np.int64)
             splitting = np.flatnonzero(best_attr >= 0)  # positions in the depth of the nodes that split
             if splitting.size == 0:
                 break
             detail_row = np.full(n_level, -1, dtype=np.int64)
-            detail_row[sel_h] = np.arange(n_splittable)
+            detail_row[table_pos_h] = np.arange(n_splittable)
             detail_row = detail_row[splitting]
             attrs = best_attr[splitting]
             n_children = np.where(nominal[attrs], n_known[attrs], 2)
@@ -173,16 +175,17 @@ class _TreeGrower:
             if in_order:
                 best = best_s  # the table holds every node, in order
             else:
-                best = torch.full((n_level,), -1, dtype=torch.int64, device=dev).index_copy_(0, sel, best_s)
-                thr = torch.zeros(n_level, dtype=torch.int64, device=dev).index_copy_(0, sel, thr)
-            bc = best.clamp_min(0)
-            k_t = torch.where(best >= 0, torch.where(nominal_t[bc], n_known_t[bc], 2), 0)
-            is_num = (best >= 0) & ~nominal_t[bc]
+                best = torch.full((n_level,), -1, dtype=torch.int64, device=dev).index_copy_(0, table_pos, best_s)
+                thr = torch.zeros(n_level, dtype=torch.int64, device=dev).index_copy_(0, table_pos, thr)
+            best_or_0 = best.clamp_min(0)
+            n_children_t = torch.where(best >= 0, torch.where(nominal_t[best_or_0], n_known_t[best_or_0], 2), 0)
+            is_num = (best >= 0) & ~nominal_t[best_or_0]
             missing = bool(has_missing[attrs].any())
-            rows, group, weight = self._route(codes, rows, group, weight, best, torch.cumsum(k_t, 0) - k_t, thr, is_num,
+            first_child = torch.cumsum(n_children_t, 0) - n_children_t
+            rows, group, weight = self._route(codes, rows, group, weight, best, first_child, thr, is_num,
                                               int(entries_h[splitting].sum()), missing, branch_frac, n_children,
                                               splitting)
-            copied |= missing
+            row_copied |= missing
             # the next depth may derive a child's table from this one (its rows are then split exactly among the
             # children)
             prev = None
@@ -192,20 +195,20 @@ class _TreeGrower:
             level_nodes = kids
             depth += 1
         self._store = self._class_bits = None
-        return tree, (row_node if row_node is not None and not copied else None)
+        return tree, (row_node if row_node is not None and not row_copied else None)
 
     def _count_tables(self, codes, y, rows, group, weight, splittable, split_h, entries_h, prev, n, offsets):
-        """The count table of the depth's splittable nodes: ``(counts, sel, sel_h, in_order)``, ``counts`` of shape
-        ``(groups, L, C)`` whose first rows are the splittable nodes at positions ``sel_h`` (host) / ``sel`` (device)
-        of the depth, in that order (``in_order``: all nodes of the depth, in order); the other groups are dropped.
-        A node's table is derived as its parent's minus its siblings' where :func:`_sibling_plan` finds that
-        cheaper than counting it."""
+        """The count table of the depth's splittable nodes: ``(counts, table_pos, table_pos_h, in_order)``,
+        ``counts`` of shape ``(groups, L, C)`` whose first rows are the splittable nodes at positions ``table_pos_h``
+        (host) / ``table_pos`` (device) of the depth, in that order (``in_order``: all nodes of the depth, in
+        order); the other groups are dropped. A node's table is derived as its parent's minus its siblings' where
+        :func:`_sibling_plan` finds that cheaper than counting it."""
         dev = self.device
         C = self.n_classes
         d = codes.shape[1]
         n_level = split_h.size
         n_splittable = int(np.count_nonzero(split_h))
-        sel_h = np.flatnonzero(split_h)
+        table_pos_h = np.flatnonzero(split_h)
         plan = None
         if prev is not None:
             plan = _sibling_plan(split_h, entries_h, *prev[1:], min_saved=SIBLING_MIN_SAVED * offsets[-1] * C / d)
@@ -215,8 +218,8 @@ class _TreeGrower:
                 plan = None
         if plan is not None:
             # the nodes in table order (counted ones first, then derived ones); rows of the others to a dropped group
-            sel_h = plan["order"]
-            sel = torch.as_tensor(sel_h, device=dev)
+            table_pos_h = plan["order"]
+            table_pos = torch.as_tensor(table_pos_h, device=dev)
             group_s = torch.as_tensor(plan["group"], device=dev)[group]
             n_groups = plan["n_groups"]
             keep = group_s < n_groups - 1
@@ -226,10 +229,10 @@ class _TreeGrower:
                 # the entries of the other nodes are counted into one extra group (n_splittable) that is dropped: no
                 # compaction
                 slot = torch.cumsum(splittable, 0) - 1
-                sel = _compact(splittable, slot, n_splittable, torch.arange(n_level, device=dev))
+                table_pos = _compact(splittable, slot, n_splittable, torch.arange(n_level, device=dev))
                 group_s = torch.where(splittable[group], slot[group], n_splittable)
             else:
-                sel, group_s = torch.arange(n_level, device=dev), group
+                table_pos, group_s = torch.arange(n_level, device=dev), group
             n_groups = n_splittable + (n_splittable < n_level)
             rep = self._pick_representation(rows.shape[0], n, d, n_groups, C, weight is not None)
         self.representations.append(rep)
@@ -250,7 +253,7 @@ class _TreeGrower:
             derived.copy_(prev[0][torch.as_tensor(plan["parent"], device=dev)])
             derived.index_add_(0, torch.as_tensor(plan["sib_of"], device=dev),
                                counts[torch.as_tensor(plan["sib_group"], device=dev)], alpha=-1)
-        return counts, sel, sel_h, plan is None and n_splittable == n_level
+        return counts, table_pos, table_pos_h, plan is None and n_splittable == n_level
 
     def _add_children(self, tree, level_nodes, splitting, detail_row, attrs, n_children, details, depth):
         """Record the chosen splits of the depth's nodes at positions ``splitting`` in ``tree`` and add their
@@ -311,10 +314,10 @@ class _TreeGrower:
         for g0 in range(0, n_groups, chunk):
             node_class = (masks[g0:g0 + chunk, None, :] & class_bits[None, :, :]).reshape(-1, nw)
             if isinstance(store, BitmapStore):
-                cnt = and_count_matrix(store.words, node_class, backend=self.backend)
+                counted = and_count_matrix(store.words, node_class, backend=self.backend)
             else:
-                cnt = contingency_tables(store, node_class, backend=self.backend)
-            out[g0:g0 + chunk] = cnt.reshape(L, -1, C).permute(1, 0, 2)
+                counted = contingency_tables(store, node_class, backend=self.backend)
+            out[g0:g0 + chunk] = counted.reshape(L, -1, C).permute(1, 0, 2)
         return out
 
     def _route(self, codes, rows, group, weight, best, child_base, thr, is_num, n_keep, missing, branch_frac,

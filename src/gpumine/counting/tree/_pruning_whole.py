@@ -62,24 +62,25 @@ def _stable_order(key, bound):
 
 
 def preorder_numbers(tree):
-    """Pre-order numbers: the subtree of node x holds the numbers ``pre[x] .. end[x] - 1``; and the tree's levels."""
+    """``(pre, end, levels)``: pre-order numbers, the subtree of node x holding the numbers ``pre[x] .. end[x] - 1``,
+    and the tree's levels (:meth:`_Nodes.levels`)."""
     n_nodes = tree.n
     levels = tree.levels(0)
     # each level is the children of the inner nodes of the one above, parent by parent: a node's size is
     # one plus the sum of its children's range, its children's numbers follow its own, each after the
     # subtrees of its elder siblings (an exclusive running sum within the parent's range)
-    parents = [level[tree.nchild[level] > 0] for level in levels[:-1]]
-    starts = [np.cumsum(tree.nchild[P]) - tree.nchild[P] for P in parents]
+    inner_by_level = [level[tree.nchild[level] > 0] for level in levels[:-1]]
+    starts = [np.cumsum(tree.nchild[parents]) - tree.nchild[parents] for parents in inner_by_level]
     size = np.zeros(n_nodes, dtype=np.int64)
     size[levels[-1]] = 1
-    for level, P, st, kids in reversed(list(zip(levels[:-1], parents, starts, levels[1:]))):
+    for level, parents, first, kids in reversed(list(zip(levels[:-1], inner_by_level, starts, levels[1:]))):
         size[level] = 1
-        size[P] += np.add.reduceat(size[kids], st)
+        size[parents] += np.add.reduceat(size[kids], first)
     pre = np.zeros(n_nodes, dtype=np.int64)
-    for P, st, kids in zip(parents, starts, levels[1:]):
-        sz = size[kids]
-        elder = np.cumsum(sz) - sz
-        pre[kids] = np.repeat(pre[P] + 1 - elder[st], tree.nchild[P]) + elder
+    for parents, first, kids in zip(inner_by_level, starts, levels[1:]):
+        kid_size = size[kids]
+        elder = np.cumsum(kid_size) - kid_size
+        pre[kids] = np.repeat(pre[parents] + 1 - elder[first], tree.nchild[parents]) + elder
     return pre, pre + size, levels
 
 
@@ -322,15 +323,15 @@ class _WholeCountRaising:
         tree, val, estimate = self.tree, self.nested, self.subtree_estimate
         val[largest_node] = estimate[largest_node]
         self.is_largest[largest_node] = True  # the walk up stops there
-        X, up = reached, []
+        frontier, up = reached, []
         while True:
-            X = X[~self.is_largest[X]]
-            if not X.size:
+            frontier = frontier[~self.is_largest[frontier]]
+            if not frontier.size:
                 break
-            X = self._distinct(tree.parent[X])
-            X = X[~self.on_path[X]]
-            self.on_path[X] = True
-            up.append(X)
+            frontier = self._distinct(tree.parent[frontier])
+            frontier = frontier[~self.on_path[frontier]]
+            self.on_path[frontier] = True
+            up.append(frontier)
         self.is_largest[largest_node] = False
         inner_up = np.concatenate(up) if up else largest_node[:0]
         self.on_path[inner_up] = False
@@ -339,8 +340,8 @@ class _WholeCountRaising:
         val[reached] = reached_estimate
         h_up = self.heights[inner_up]
         for h in np.unique(h_up):
-            P = inner_up[h_up == h]
-            val[P] = _branch_sums(tree, P, val)
+            parents = inner_up[h_up == h]
+            val[parents] = _branch_sums(tree, parents, val)
         return val[largest_node]
 
     def _largest_branches(self, nodes):
@@ -480,12 +481,12 @@ class _WholeCountRaising:
         touched = self.touched
         touched[raised] = True
         chain = [raised]
-        X = self._distinct(landed)
-        while X.size:
-            X = X[~touched[X]]
-            touched[X] = True
-            chain.append(X)
-            X = self._distinct(tree.parent[X])
+        frontier = self._distinct(landed)
+        while frontier.size:
+            frontier = frontier[~touched[frontier]]
+            touched[frontier] = True
+            chain.append(frontier)
+            frontier = self._distinct(tree.parent[frontier])
         nodes = np.concatenate(chain)
         touched[nodes] = False
         has_kids = tree.nchild[nodes] > 0
@@ -499,8 +500,8 @@ class _WholeCountRaising:
                                         minlength=leaves.size * C).reshape(leaves.size, C)
         inner_height = self.heights[inner]
         for h in np.unique(inner_height):
-            P = inner[inner_height == h]
-            tree.dist[P] = self._branch_sums(P, tree.dist)
+            parents = inner[inner_height == h]
+            tree.dist[parents] = self._branch_sums(parents, tree.dist)
         self.node_weight[nodes], self.leaf_estimate[nodes] = self.estimate(np.take(tree.dist, nodes, axis=0),
                                                                            totals=True)
         tree.frac[inner] = 0.0
