@@ -114,14 +114,24 @@ def test_integer_data_is_scored_exactly_only_within_float32_integers():
 
 def test_dense_radius_pass_is_bounded_on_ties():
     """All-equal points leave every row open; the pass collects each row's references once."""
-    X = np.zeros((300, 3), np.float32)
+    n = _dense.DENSE_ALL_CANDIDATES + 500  # more references than integer data keeps as candidates
+    X = np.zeros((n, 3), np.float32)
     stats = {}
     keys, index = _dense.dense_search(torch.from_numpy(X), torch.from_numpy(X), 5, get_metric("sqeuclidean"),
-                                      exclude_self=True, budget_bytes=1 << 16, stats=stats)
-    assert stats["rows_radius_pass"] == 300
-    want = np.array([[j for j in range(6) if j != i][:5] for i in range(300)])
+                                      exclude_self=True, budget_bytes=1 << 22, stats=stats)
+    assert stats["rows_radius_pass"] == n
+    want = np.array([[j for j in range(6) if j != i][:5] for i in range(n)])
     np.testing.assert_array_equal(index.numpy(), want)
     assert (keys.numpy() == 0).all()
+
+
+def test_small_exactly_scored_searches_keep_every_reference_and_certify_at_once():
+    X = np.zeros((300, 3), np.float32)
+    stats = {}
+    _, index = _dense.dense_search(torch.from_numpy(X), torch.from_numpy(X), 5, get_metric("sqeuclidean"),
+                                   exclude_self=True, budget_bytes=1 << 16, stats=stats)
+    assert stats["rows_radius_pass"] == 0 and stats["candidates"] == 299
+    np.testing.assert_array_equal(index.numpy(), [[j for j in range(6) if j != i][:5] for i in range(300)])
 
 
 def test_dense_is_routed_for_small_float32_gpu_searches_only():

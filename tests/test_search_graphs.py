@@ -147,14 +147,17 @@ def test_torch_searches_are_not_captured(graphs):
 
 
 @pytest.mark.parametrize("kind,d,self_search", [("gauss", 9, True), ("gauss", 57, False), ("ties", 6, True),
-                                                ("ties", 20, False), ("mixed", 9, True)])
+                                                ("ties", 20, False), ("mixed", 9, True), ("integer_then_float", 9, True)])
 @pytest.mark.parametrize("on_device", [False, True])
 def test_replayed_dense_searches_equal_the_eager_path(graphs, monkeypatch, kind, d, self_search, on_device):
-    """Integer data captured as exact float32 scores, other data with float64 products; each replay on new data."""
-    for call in range(4):
-        data = list(_datasets("ties" if kind == "mixed" and call % 2 else "gauss" if kind == "mixed" else kind, d, 700,
-                              seed=d + call, n=N_DENSE))[0]
-        R, Q = data
+    """Integer data captured as exact float32 scores, other data with float64 products; each replay on new data.
+
+    ``mixed``: captured on float data, replayed on integer and float data. ``integer_then_float``:
+    captured on integer data; float data then sends the shape the eager way for good.
+    """
+    kinds = {"mixed": ["ties", "gauss", "ties", "gauss"], "integer_then_float": ["ties", "ties", "gauss", "gauss"]}
+    for call, data_kind in enumerate(kinds.get(kind, [kind] * 4)):
+        R, Q = list(_datasets(data_kind, d, 700, seed=d + call, n=N_DENSE))[0]
         if on_device:
             R, Q = torch.from_numpy(R).cuda(), torch.from_numpy(Q).cuda()
         args = (R,) if self_search else (R, Q)
@@ -168,6 +171,9 @@ def test_replayed_dense_searches_equal_the_eager_path(graphs, monkeypatch, kind,
         np.testing.assert_array_equal(got[1], host[1])
         # distances: the same float32 squared distances; the GPU's float32 square root may differ by an ulp
         np.testing.assert_allclose(got[0], host[0], rtol=2.0**-22, atol=0)
+    if kind == "integer_then_float":
+        assert not graphs._graphs
+        return
     assert len(graphs._graphs) == 1
     (key,) = graphs._graphs
     assert key[-1] == "dense"

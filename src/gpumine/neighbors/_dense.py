@@ -37,7 +37,7 @@ from ..core.distance import Metric
 from ..core.select import PAD_INDEX
 
 __all__ = ["DENSE_METRICS", "DENSE_MAX_PAIRS", "DENSE_MIN_FEATURES_ALWAYS", "dense_applies", "dense_by_size", "dense_eligible",
-           "dense_search", "DenseReferences", "first_pass", "settle", "integer_centre", "integer_centre_on_device", "tile_dtype_for"]
+           "dense_search", "DenseReferences", "first_pass", "settle", "integer_centre", "integer_centre_on_device", "tile_dtype_for", "candidates_for"]
 
 # metrics with a matrix-product tile form whose error Metric.bounds states
 DENSE_METRICS = ("euclidean", "sqeuclidean")
@@ -49,6 +49,17 @@ DENSE_MAX_PAIRS = 1 << 26
 DENSE_MIN_FEATURES_ALWAYS = 81
 # candidates per row beyond k: enough that continuous data certifies nearly every row
 DENSE_MARGIN = 16
+# Integer data scored exactly keeps every reference as a candidate up to this many: its rows are
+# certified at once, and the radius pass (a host wait and its launches) never runs on small
+# tie-heavy data; with no re-score, the wider selection costs little. Float data keeps k + margin.
+DENSE_ALL_CANDIDATES = 1024
+
+
+def candidates_for(k: int, available: int, exact: bool) -> int:
+    """Candidates kept per row of a dense search over ``available`` references."""
+    if exact and available <= DENSE_ALL_CANDIDATES:
+        return available
+    return min(available, k + DENSE_MARGIN)
 # float32 and float64 relative rounding of a sum of d non-negative terms (see _float64_order)
 _REL32 = 2.0**-24
 _REL64 = 2.0**-53
@@ -135,7 +146,7 @@ class DenseReferences:
         self.ref, self.k, self.metric, self.exclude_self = ref, k, metric, exclude_self
         self.d = ref.shape[1]
         self.available = ref.shape[0] - (1 if exclude_self else 0)
-        self.c = min(self.available, k + DENSE_MARGIN)
+        self.c = candidates_for(k, self.available, centre is not None)
         self.exact = centre is not None
         self.tile_dtype = ref.dtype if self.exact else tile_dtype
         wide = ref.to(self.tile_dtype)

@@ -40,7 +40,7 @@ from ._engine import (_References, _Retries, _range_plan, finish_scores, first_p
                       plan_search)
 from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range
 from . import _dense
-from ._dense import (DENSE_MARGIN, DenseReferences, dense_by_size, dense_eligible, integer_centre, integer_centre_on_device,
+from ._dense import (DenseReferences, candidates_for, dense_by_size, dense_eligible, integer_centre, integer_centre_on_device,
                      tile_dtype_for)
 from ._magnitude import smallest_nonzero_magnitude
 
@@ -179,6 +179,7 @@ class _CapturedDense(_CapturedSearch):
 
     def __init__(self, ref_shape, query_shape, k: int, metric: Metric, exclude_self: bool, to_host: bool, device, exact: bool):
         self.metric, self.k, self.exact, self.device = metric, k, exact, device
+        self.unsuited = False
         sp = _DenseCapturePlan(device)
         super().__init__(sp, ref_shape, query_shape, k, exclude_self, to_host)
         self.host_flags = torch.empty(self.host_flags.numel() + 1, dtype=torch.float64, pin_memory=True)
@@ -218,9 +219,10 @@ class _CapturedDense(_CapturedSearch):
         n_inputs = (len(flags) - 2) // 4
         extremes, qualifies, open_rows = flags[: 2 * n_inputs], flags[-2] == 1.0, int(flags[-1])
         tiniest = float(flags[3 * n_inputs : 4 * n_inputs].min())
-        if not np.isfinite(extremes).all() or not qualifies:
+        if not np.isfinite(extremes).all():
             return None
-        if _range_plan(self.ref_in, self.query, float(np.abs(extremes).max()), tiniest) != (torch.float32, None):
+        if not qualifies or _range_plan(self.ref_in, self.query, float(np.abs(extremes).max()), tiniest) != (torch.float32, None):
+            self.unsuited = True  # data of this kind is likely to come again: the shape goes eager from now on
             return None
         if open_rows:
             _dense.settle(self.refs, self.block, working_memory_bytes(working_memory, self.device))
@@ -253,7 +255,7 @@ def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision
         available = ref.shape[0] - (1 if exclude_self else 0)
         item = 8 if tile_dtype_for(device) == torch.float64 else 4
         # one block: every score row and the candidates' re-score temporaries within the budget
-        block_bytes = query.shape[0] * (ref.shape[0] * item * 2 + min(available, k + DENSE_MARGIN) * (ref.shape[1] + 4) * 24)
+        block_bytes = query.shape[0] * (ref.shape[0] * item * 2 + candidates_for(k, available, True) * (ref.shape[1] + 4) * 24)
         with _lock:
             if block_bytes > budget:
                 _remember(_ineligible, key)
@@ -279,6 +281,10 @@ def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision
     with entry.lock:
         found = entry.run(ref, query, result_device, working_memory=working_memory)
         if found is None:
+            if entry.unsuited:
+                with _lock:
+                    _graphs.pop(key, None)
+                    _refused.add(key)
             return None
         scores = finish_scores(found[0], metric, as_distance, None)
         if scores is entry.host_scores:  # no new tensor (scores wanted, or a metric's distances are its scores)
