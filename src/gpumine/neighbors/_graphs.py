@@ -266,25 +266,13 @@ def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision
         on_device_ref = ref.to(device)
         exact = integer_centre(on_device_ref, on_device_ref if exclude_self else query.to(device)) is not None
         entry = _CapturedDense(ref.shape, query.shape, k, metric, exclude_self, to_host, device, exact)
-        try:
-            with entry.lock:
-                entry.load(ref, query)
-                entry.capture()
-        except RuntimeError:  # something in the pass cannot be captured here: stay eager for this shape
-            with _lock:
-                _refused.add(key)
+        if not _capture_and_keep(key, entry, ref, query):
             return None
-        with _lock:
-            _graphs[key] = entry
-            while len(_graphs) > GRAPH_CACHE_SIZE:
-                _graphs.popitem(last=False)
     with entry.lock:
         found = entry.run(ref, query, result_device, working_memory=working_memory)
         if found is None:
             if entry.unsuited:
-                with _lock:
-                    _graphs.pop(key, None)
-                    _refused.add(key)
+                _forget(key)
             return None
         scores = finish_scores(found[0], metric, as_distance, None)
         if scores is entry.host_scores:  # no new tensor (scores wanted, or a metric's distances are its scores)
@@ -324,6 +312,31 @@ def _remember(keys: set, key) -> None:
     if len(keys) >= _REMEMBERED_MAX:  # forgetting only costs an eager call or a re-plan
         keys.clear()
     keys.add(key)
+
+
+def _capture_and_keep(key, entry, ref, query) -> bool:
+    """Capture ``entry`` on these operands (the warm-up runs on real data: a kernel's work depends on
+    it) and cache it under ``key``; False (the shape stays eager) when the pass cannot be captured."""
+    try:
+        with entry.lock:
+            entry.load(ref, query)
+            entry.capture()
+    except RuntimeError:
+        with _lock:
+            _refused.add(key)
+        return False
+    with _lock:
+        _graphs[key] = entry
+        while len(_graphs) > GRAPH_CACHE_SIZE:
+            _graphs.popitem(last=False)
+    return True
+
+
+def _forget(key) -> None:
+    """Drop a captured shape for good: its searches go the eager way."""
+    with _lock:
+        _graphs.pop(key, None)
+        _refused.add(key)
 
 
 def clear_search_graphs() -> None:
@@ -385,18 +398,8 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
                 _remember(_seen, key)
                 return None
         entry = _CapturedSearch(sp, ref.shape, query.shape, width, exclude_self, to_host and width == k)
-        try:
-            with entry.lock:
-                entry.load(ref, query)  # the warm-up runs on real data (the kernel's work depends on it)
-                entry.capture()
-        except RuntimeError:  # something in the pass cannot be captured here: stay eager for this shape
-            with _lock:
-                _refused.add(key)
+        if not _capture_and_keep(key, entry, ref, query):
             return None
-        with _lock:
-            _graphs[key] = entry
-            while len(_graphs) > GRAPH_CACHE_SIZE:
-                _graphs.popitem(last=False)
     with entry.lock:
         found = entry.run(ref, query, result_device, on_device=width > k)
         if found is None:
@@ -404,9 +407,7 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
         if width > k:
             found = _ordered(entry, found, k, metric, exclude_self, working_memory_bytes(working_memory, device), result_device)
             if found is None:
-                with _lock:
-                    _graphs.pop(key, None)
-                    _refused.add(key)
+                _forget(key)
                 return None
         scores = finish_scores(found[0], metric, as_distance, None)
         if scores is entry.host_scores:  # no new tensor (scores wanted, or a metric's distances are its scores)
