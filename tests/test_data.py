@@ -639,3 +639,19 @@ def test_make_poker_hands_deals_valid_hands_with_the_published_odds():
     observed = np.bincount(y, minlength=10) / len(y)
     assert (np.abs(observed - odds) <= 5 * np.sqrt(odds / len(y)) + 1e-5).all()
     np.testing.assert_array_equal(data.make_poker_hands(50, seed=0)[0], X[:50])
+
+
+def test_a_wide_numeric_file_reads_in_one_conversion(tmp_path):
+    """Thousands of columns: the same values as NumPy's reader, NaN kept, the label column as text."""
+    from gpumine.data import read_csv
+
+    rng = np.random.default_rng(0)
+    X = rng.random((4, 5000)).round(5)
+    X[2, 17] = np.nan
+    lines = [",".join("nan" if np.isnan(v) else repr(float(v)) for v in row) + f",c{i}" for i, row in enumerate(X)]
+    path = tmp_path / "wide.csv"
+    path.write_text("\n".join(lines) + "\n")
+    got, labels = read_csv(path, label_column=-1, dtype=np.float64)
+    np.testing.assert_array_equal(got, X)
+    assert got.flags.c_contiguous and list(labels) == ["c0", "c1", "c2", "c3"]
+    np.testing.assert_array_equal(read_csv(path, label_column=-1)[0], X.astype(np.float32))
