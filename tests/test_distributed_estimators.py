@@ -284,3 +284,21 @@ def test_knn_command_on_a_local_cluster_of_n_workers(client, tmp_path, monkeypat
         assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "not allowed with argument" in err and "must be a positive integer; got 0" in err
+
+
+@pytest.mark.parametrize("task", ["classify", "regress"])
+def test_knn_command_predicts_on_the_cluster_as_in_one_process(client, tmp_path, task, capsys):
+    from gpumine.cli import main
+
+    X, y = _grid(80, seed=13)[0], np.arange(80) % 3
+    train = pd.DataFrame(X[:60], columns=["a", "b", "c"]).assign(y=y[:60])
+    train.to_csv(tmp_path / "train.csv", index=False)
+    pd.DataFrame(X[60:], columns=["a", "b", "c"]).to_csv(tmp_path / "query.csv", index=False)
+    outputs = {}
+    for flags in ([], ["--scheduler", client.scheduler.address]):
+        out = tmp_path / f"p{len(flags)}.csv"
+        assert main(["knn", str(tmp_path / "train.csv"), str(tmp_path / "query.csv"), "--label-column", "y", "--task", task,
+                     "-k", "5", "--weights", "distance", "--device", "cpu", *flags, "-o", str(out)]) == 0
+        outputs[len(flags)] = pd.read_csv(out)
+    assert "dask " in capsys.readouterr().err
+    pd.testing.assert_frame_equal(outputs[0], outputs[2])

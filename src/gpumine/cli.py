@@ -143,11 +143,16 @@ def _run_knn(args) -> int:
             radius_common = {key: value for key, value in common.items() if key not in ("n_neighbors", "precision")}
             cls = RadiusNeighborsClassifier if task == "classify" else RadiusNeighborsRegressor
             model = cls(radius=args.radius, weights=args.weights, **radius_common)
+        elif args.scheduler is not None or args.workers is not None:
+            model = None
         else:
             cls = KNeighborsClassifier if task == "classify" else KNeighborsRegressor
             model = cls(weights=args.weights, **common)
-        model = model.fit(X_train, y_train)
-        pred = model.predict(X_query)
+        if model is None:  # the distributed estimators: neighbours from the cluster, the vote here
+            pred, model = _distributed_predict(args, task, X_train, y_train, X_query, common)
+        else:
+            model = model.fit(X_train, y_train)
+            pred = model.predict(X_query)
         columns = {"prediction": pred}
         if y_query is not None:
             columns["label"] = y_query
@@ -168,34 +173,60 @@ def _run_knn(args) -> int:
     return 0
 
 
-def _distributed_knn(args, X_train, X_query, common):
-    """``gpumine knn --scheduler`` / ``--workers``: the search on a Dask cluster (same neighbours as one process)."""
-    import contextlib
-    import types
-
+def _dask_client(args, stack):
+    """The Dask client of ``--scheduler ADDRESS`` or of ``--workers N`` (a local cluster), entered on ``stack``."""
     try:
         from distributed import Client
     except ImportError:
         raise UsageError(f"{'--scheduler' if args.workers is None else '--workers'} needs Dask: "
                          "pip install 'gpumine[dask]'") from None
-    from .distributed import NearestNeighbors as DaskNearestNeighbors
-
     flag = "--scheduler" if args.workers is None else "--workers"
     if args.radius is not None or args.tune or args.precision != "exact":
         raise UsageError(f"{flag} runs the k-nearest search only (no --radius, --tune or --precision)")
-    with contextlib.ExitStack() as stack:
-        if args.workers is not None:
-            from .distributed import local_cluster
+    if args.workers is not None:
+        from .distributed import local_cluster
 
-            cluster = stack.enter_context(local_cluster(args.workers))
-        client = stack.enter_context(Client(args.scheduler if args.workers is None else cluster))
+        return stack.enter_context(Client(stack.enter_context(local_cluster(args.workers))))
+    return stack.enter_context(Client(args.scheduler))
+
+
+def _on_dask(args, common):
+    """What the summary line says of a distributed run: ``(metric, device)``."""
+    metric = common["metric"] if common["metric"] != "minkowski" or common["p"] != 2 else "euclidean"
+    return metric, "dask " + (args.scheduler if args.workers is None else f"{args.workers} local workers")
+
+
+def _distributed_knn(args, X_train, X_query, common):
+    """``gpumine knn --scheduler`` / ``--workers``: the search on a Dask cluster (same neighbours as one process)."""
+    import contextlib
+    import types
+
+    from .distributed import NearestNeighbors as DaskNearestNeighbors
+
+    with contextlib.ExitStack() as stack:
+        client = _dask_client(args, stack)
         p = common["p"] if common["metric"] == "minkowski" else None
         model = DaskNearestNeighbors(common["n_neighbors"], metric=common["metric"], p=p, client=client,
                                      device=common["device"], working_memory=common["working_memory"]).fit(X_train)
         dist, index = model.kneighbors(X_query)
-    metric = common["metric"] if common["metric"] != "minkowski" or common["p"] != 2 else "euclidean"
-    where = args.scheduler if args.workers is None else f"{args.workers} local workers"
-    return dist, index, types.SimpleNamespace(effective_metric_=metric, device_=f"dask {where}")
+    metric, device = _on_dask(args, common)
+    return dist, index, types.SimpleNamespace(effective_metric_=metric, device_=device)
+
+
+def _distributed_predict(args, task, X_train, y_train, X_query, common):
+    """``--task classify|regress`` with ``--scheduler`` / ``--workers``: the Dask estimators' predictions."""
+    import contextlib
+    import types
+
+    from .distributed import KNeighborsClassifier as DaskClassifier
+    from .distributed import KNeighborsRegressor as DaskRegressor
+
+    with contextlib.ExitStack() as stack:
+        client = _dask_client(args, stack)
+        cls = DaskClassifier if task == "classify" else DaskRegressor
+        pred = cls(weights=args.weights, client=client, **common).fit(X_train, y_train).predict(X_query)
+    metric, device = _on_dask(args, common)
+    return pred, types.SimpleNamespace(effective_metric_=metric, device_=device)
 
 
 def _tune_knn(args, X_train, X_query) -> None:
