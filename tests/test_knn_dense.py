@@ -195,3 +195,19 @@ def test_tie_heavy_input_costs_a_small_factor_over_random_on_the_gpu():
     for name, X in inputs.items():
         ratio = best(X) / base
         assert ratio < 4, f"{name}: {ratio:.1f}x the time of uniform data"
+
+
+def test_float64_data_far_from_the_origin_keeps_float64_products():
+    """Rounding float64 data to float32 before centring would move points beyond the products' bound."""
+    rng = np.random.default_rng(3)
+    X = np.array([45.0, 7.0]) + rng.random((500, 2)) * 1e-5  # float64, like latitude and longitude
+    ref = torch.from_numpy(X)
+    stats = {}
+    _, index = _dense.dense_search(ref, ref, 5, get_metric("sqeuclidean"), exclude_self=True, budget_bytes=1 << 20,
+                                   tile_dtype=torch.float32, stats=stats)
+    assert stats["tile_dtype"] == "float64"
+    R = ref[None, :, :].expand(500, 500, 2)
+    exact = get_metric("sqeuclidean").exact_scores(ref, R).numpy()  # the float64 order's own scores
+    np.fill_diagonal(exact, np.inf)
+    want = np.lexsort((np.broadcast_to(np.arange(500), exact.shape), exact), axis=1)[:, :5]
+    np.testing.assert_array_equal(index.numpy(), want)

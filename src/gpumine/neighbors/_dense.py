@@ -94,7 +94,8 @@ def tile_dtype_for(device: torch.device) -> torch.dtype:
     if device.type != "cuda":
         return torch.float32
     major, minor = torch.cuda.get_device_capability(device)
-    return torch.float64 if major >= 6 and minor == 0 else torch.float32
+    # x.0 parts from Pascal to Blackwell's data-centre B200 (10.0); consumer Blackwell is 12.x
+    return torch.float64 if 6 <= major <= 10 and minor == 0 else torch.float32
 
 
 def integer_centre(ref: torch.Tensor, query: torch.Tensor) -> torch.Tensor | None:
@@ -115,12 +116,15 @@ def integer_centre(ref: torch.Tensor, query: torch.Tensor) -> torch.Tensor | Non
 def integer_centre_on_device(ref: torch.Tensor, query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`integer_centre` as tensors, with no host wait: ``(centre, whether it makes the scores exact)``."""
     arrays = [X for X in ((ref,) if query is ref else (ref, query)) if X.numel()]
+    if not arrays or ref.shape[1] == 0:  # nothing to score
+        return torch.zeros(ref.shape[1], dtype=ref.dtype, device=ref.device), torch.zeros((), dtype=torch.bool,
+                                                                                          device=ref.device)
     integral = torch.stack([(X == torch.round(X)).all() for X in arrays]).all()
     lows = torch.stack([X.amin(0) for X in arrays]).amin(0).double()
     highs = torch.stack([X.amax(0) for X in arrays]).amax(0).double()
-    centre = torch.round((lows + highs) / 2)
-    reach = torch.maximum(highs - centre, centre - lows)
-    return centre.to(ref.dtype), integral & (4.0 * (reach * reach).sum() < _EXACT_INTEGER_LIMIT)
+    centre = torch.round((lows + highs) / 2).to(ref.dtype)  # the shift the data gets, as the data's dtype
+    reach = torch.maximum(highs - centre.double(), centre.double() - lows)
+    return centre, integral & (4.0 * (reach * reach).sum() < _EXACT_INTEGER_LIMIT)
 
 
 _EXACT_INTEGER_LIMIT = 2.0**24
@@ -239,6 +243,10 @@ def dense_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric,
     index_out = torch.empty((n_query, k), dtype=torch.int64, device=device)
     if n_query == 0:
         return keys_out, index_out
+    # float64 data keeps float64 products: rounding it to float32 first would move every point by
+    # up to 2^-24 of its uncentred magnitude, which the products' bound does not cover
+    if ref.dtype == torch.float64:
+        tile_dtype = torch.float64
     refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=tile_dtype or tile_dtype_for(device),
                            centre=integer_centre(ref, query) if maybe_integral else None)
     rows = min(n_query, refs.block_rows(budget_bytes))

@@ -221,9 +221,11 @@ class _CapturedDense(_CapturedSearch):
         tiniest = float(flags[3 * n_inputs : 4 * n_inputs].min())
         if not np.isfinite(extremes).all():
             return None
-        if not qualifies or _range_plan(self.ref_in, self.query, float(np.abs(extremes).max()), tiniest) != (torch.float32, None):
-            self.unsuited = True  # data of this kind is likely to come again: the shape goes eager from now on
+        if not qualifies:  # float data after an exact integer capture: likely to come again, go eager for good
+            self.unsuited = True
             return None
+        if _range_plan(self.ref_in, self.query, float(np.abs(extremes).max()), tiniest) != (torch.float32, None):
+            return None  # data to scale: this call goes the eager way
         if open_rows:
             _dense.settle(self.refs, self.block, working_memory_bytes(working_memory, self.device))
             return self.block.keys[:, : self.k].to(device=result_device, dtype=torch.float32), \
