@@ -17,6 +17,13 @@ For each block of queries the engine walks the references tile by tile:
 So results are exact float32 (ranked by per-pair values, ties to the lower
 index) whatever the tile sizes or the device, while the bulk of the work runs
 as matrix products.
+
+On a GPU, L2 searches whose queries' score blocks fit the working memory run
+**dense** instead (:mod:`._dense`: one product, selection, float64 re-score and
+radius pass per block, bounded whatever the ties); larger ones run dense when
+their references are the distinct rows of duplicated data or when the fused
+kernel's first pass leaves more than a few rows of a sample open
+(:func:`_runs_dense`), and on this engine otherwise.
 """
 
 from __future__ import annotations
