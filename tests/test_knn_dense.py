@@ -112,13 +112,14 @@ def test_integer_data_is_scored_exactly_only_within_float32_integers():
     assert _dense.integer_centre(small.double(), small.double()) is None  # float64 data: no float32 products
 
 
-def test_dense_radius_pass_is_bounded_on_ties():
+@pytest.mark.parametrize("budget", [1 << 22, 1 << 14])  # a row's whole tie group at once / a slice at a time
+def test_dense_radius_pass_is_bounded_on_ties(budget):
     """All-equal points leave every row open; the pass collects each row's references once."""
     n = _dense.DENSE_ALL_CANDIDATES + 500  # more references than integer data keeps as candidates
     X = np.zeros((n, 3), np.float32)
     stats = {}
     keys, index = _dense.dense_search(torch.from_numpy(X), torch.from_numpy(X), 5, get_metric("sqeuclidean"),
-                                      exclude_self=True, budget_bytes=1 << 22, stats=stats)
+                                      exclude_self=True, budget_bytes=budget, stats=stats)
     assert stats["rows_radius_pass"] == n
     want = np.array([[j for j in range(6) if j != i][:5] for i in range(n)])
     np.testing.assert_array_equal(index.numpy(), want)

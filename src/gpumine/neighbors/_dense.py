@@ -334,12 +334,22 @@ def _collect_within(S, rows, reach, offset, Q64, source: "_FeatureSource", own, 
         width = min(S.shape[1], max(k, counts_host[stop - 1]))
         group = rows[start:stop]
         values, cand = torch.topk(S[group], width, dim=1, largest=False, sorted=False)
-        if Q64 is None:
-            keys = values.double() + offset[group].double()[:, None]
-        else:
-            keys = source.scores(Q64[group], cand)
-        keys, index = _sorted(keys, cand, None if own is None else own[group])
-        keys_out[start:stop], index_out[start:stop] = keys[:, :k], index[:, :k]
+        mine = None if own is None else own[group]
+        # a row tied with more references than the budget scores at once is re-scored a slice
+        # of its candidates at a time, the best k kept across slices (same order: (key, index))
+        piece = max(k, budget_bytes // (per_candidate * group.numel()))
+        best = None
+        for c0 in range(0, width, piece):
+            part = cand[:, c0 : c0 + piece]
+            if Q64 is None:
+                keys = values[:, c0 : c0 + piece].double() + offset[group].double()[:, None]
+            else:
+                keys = source.scores(Q64[group], part)
+            if best is not None:
+                keys, part = torch.cat([best[0], keys], dim=1), torch.cat([best[1], part], dim=1)
+            keys, index = _sorted(keys, part, mine)
+            best = keys[:, :k], index[:, :k]
+        keys_out[start:stop], index_out[start:stop] = best
         start = stop
     unsort = torch.empty_like(by_count)
     unsort[by_count] = torch.arange(n, device=by_count.device)
