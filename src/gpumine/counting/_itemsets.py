@@ -65,6 +65,16 @@ def _check_onehot(vals):
         )
 
 
+def check_itemset_arguments(min_support, max_len) -> None:
+    """Validate ``min_support`` (a fraction in (0, 1]) and ``max_len`` (a positive integer or None)."""
+    if isinstance(min_support, bool) or not isinstance(min_support, (int, float, np.floating, np.integer)):
+        raise TypeError(f"min_support must be a number in (0, 1]; got {min_support!r}")
+    if not 0.0 < float(min_support) <= 1.0:
+        raise ValueError(f"min_support must be in (0, 1] (a fraction of the transactions); got {min_support}")
+    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or max_len < 1):
+        raise ValueError(f"max_len must be a positive integer or None; got {max_len!r}")
+
+
 def frequent_itemsets(transactions, min_support=0.5, *, max_len=None, use_colnames=None, device="auto",
                       backend="auto", verbose=None) -> pd.DataFrame:
     """All itemsets whose support (fraction of transactions holding them) is at least ``min_support``.
@@ -99,12 +109,7 @@ def frequent_itemsets(transactions, min_support=0.5, *, max_len=None, use_colnam
     >>> [(sorted(s), v) for s, v in zip(df.itemsets, df.support)]
     [(['bread'], 0.75), (['butter'], 0.5), (['milk'], 0.75), (['bread', 'butter'], 0.5), (['bread', 'milk'], 0.5)]
     """
-    if isinstance(min_support, bool) or not isinstance(min_support, (int, float, np.floating, np.integer)):
-        raise TypeError(f"min_support must be a number in (0, 1]; got {min_support!r}")
-    if not 0.0 < float(min_support) <= 1.0:
-        raise ValueError(f"min_support must be in (0, 1] (a fraction of the transactions); got {min_support}")
-    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or max_len < 1):
-        raise ValueError(f"max_len must be a positive integer or None; got {max_len!r}")
+    check_itemset_arguments(min_support, max_len)
     dev = resolve_device(device)
     be = resolve_backend(backend, dev)
     words, labels, n = transactions_to_bitmaps(transactions, dev)

@@ -84,16 +84,6 @@ def _add(a, b):
     return a + b
 
 
-def _check_arguments(min_support, max_len):
-    # the single-process function's checks and messages
-    if isinstance(min_support, bool) or not isinstance(min_support, (int, float, np.floating, np.integer)):
-        raise TypeError(f"min_support must be a number in (0, 1]; got {min_support!r}")
-    if not 0.0 < float(min_support) <= 1.0:
-        raise ValueError(f"min_support must be in (0, 1] (a fraction of the transactions); got {min_support}")
-    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or max_len < 1):
-        raise ValueError(f"max_len must be a positive integer or None; got {max_len!r}")
-
-
 def _local_partitions(transactions, n_blocks: int):
     """NumPy, pandas, torch or baskets split into row blocks (one per worker); whether they are baskets."""
     import pandas as pd
@@ -141,7 +131,9 @@ def frequent_itemsets(transactions, min_support=0.5, *, max_len=None, use_colnam
     import dask.dataframe as dd
     import pandas as pd
 
-    _check_arguments(min_support, max_len)
+    from gpumine.counting._itemsets import check_itemset_arguments  # the single-process checks and messages
+
+    check_itemset_arguments(min_support, max_len)
     client = _client(client)
     if is_dask(transactions):
         if not isinstance(transactions, (da.Array, dd.DataFrame, db.Bag)):

@@ -31,6 +31,8 @@ ordered by (score, index), reported rounded to the data's dtype.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..core.distance import Metric
@@ -88,8 +90,8 @@ def tile_dtype_for(device: torch.device) -> torch.dtype:
     Float64 products bound the matrix's error at about 2^-53 of the squared
     norms instead of 2^-24, so real data whose norms dwarf its distances
     (counts, money, pixel sums) still certifies nearly every row. Data-centre
-    GPUs (compute capability x.0: P100, V100, A100, H100, ...) run float64
-    products at half or more of float32's rate; others at 1/32 or less.
+    GPUs (compute capability x.0, from 6.0 to 10.0) run float64 products at half
+    or more of float32's rate; others at 1/32 or less.
     """
     if device.type != "cuda":
         return torch.float32
@@ -167,11 +169,19 @@ class DenseReferences:
         return max(1, budget_bytes // row_bytes)
 
 
+@dataclass
 class DenseBlock:
     """One query block after its first pass: sorted candidates, certificate, and what the radius pass needs."""
 
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
+    S: torch.Tensor  # the block's tile scores against every reference
+    keys: torch.Tensor  # candidates' float64 scores, sorted with ``index``
+    index: torch.Tensor
+    certified: torch.Tensor  # rows whose k best are final
+    kth: torch.Tensor  # each row's float64 k-th score
+    offset: torch.Tensor  # per row, what the tile scores leave out of the true score (float64)
+    slack: torch.Tensor  # per row, the tile scores' error bound (float64)
+    Q64: torch.Tensor | None  # the queries in float64 for the re-score (None: scores exact, no re-score)
+    own: torch.Tensor | None  # each query's own reference row (self-searches)
 
 
 def first_pass(refs: DenseReferences, Q: torch.Tensor, q0: int) -> DenseBlock:

@@ -246,12 +246,9 @@ def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision
                  as_distance):
     """:func:`search_with_graph` for searches that run dense: the result, or None for the eager path."""
     key = _key(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host) + ("dense",)
-    with _lock:
-        entry = _graphs.get(key)
-        if entry is not None:
-            _graphs.move_to_end(key)
-        elif key in _refused or key in _ineligible:
-            return None
+    entry, stays_eager = _cached(key)
+    if stays_eager:
+        return None
     if entry is None:
         budget = working_memory_bytes(working_memory, device)
         available = ref.shape[0] - (1 if exclude_self else 0)
@@ -314,6 +311,16 @@ def _remember(keys: set, key) -> None:
     if len(keys) >= _REMEMBERED_MAX:  # forgetting only costs an eager call or a re-plan
         keys.clear()
     keys.add(key)
+
+
+def _cached(key):
+    """``(captured entry or None, whether the shape stays eager)``; a found entry becomes the most recent."""
+    with _lock:
+        entry = _graphs.get(key)
+        if entry is not None:
+            _graphs.move_to_end(key)
+            return entry, False
+        return None, key in _refused or key in _ineligible
 
 
 def _capture_and_keep(key, entry, ref, query) -> bool:
@@ -383,12 +390,9 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
     # float32 lists one longer, for the float64 order (see gpumine.neighbors._float64_order)
     width = float64_list_width(k, n_ref, exclude_self) if metric.name in FLOAT64_ORDER_METRICS else k
     key = _key(ref, query, width, metric, exclude_self, device, backend, precision, working_memory, to_host and width == k)
-    with _lock:
-        entry = _graphs.get(key)
-        if entry is not None:
-            _graphs.move_to_end(key)
-        elif key in _refused or key in _ineligible:
-            return None
+    entry, stays_eager = _cached(key)
+    if stays_eager:
+        return None
     if entry is None:
         sp = plan_search(ref, query, width, metric, device=device, budget_bytes=working_memory_bytes(working_memory, device),
                          backend=backend, precision=precision)
