@@ -390,6 +390,14 @@ def run(args) -> int:
     # overlaps the torch import was measured not to help (the import holds the GIL)
     import torch  # noqa: F401
 
+    # every module the reader thread and this one both reach is imported here, before the reader
+    # starts: two threads importing the same module at once can see it half initialised (a CI
+    # run failed with "can only concatenate str (not NoneType)" from such an import race)
+    try:
+        import pandas  # noqa: F401  - the reader's CSV parser
+    except ImportError:
+        pass
+    from . import _resume, _streaming  # noqa: F401  - the detector and the output sink
     from ._sources import iter_records
 
     fmt = args.format
