@@ -181,7 +181,9 @@ def _dask_client(args, stack):
         raise UsageError(f"{'--scheduler' if args.workers is None else '--workers'} needs Dask: "
                          "pip install 'gpumine[dask]'") from None
     flag = "--scheduler" if args.workers is None else "--workers"
-    if args.radius is not None or args.tune or args.precision != "exact":
+    # gpumine outliers has none of these options
+    radius, tune, precision = (getattr(args, name, None) for name in ("radius", "tune", "precision"))
+    if radius is not None or tune or precision not in (None, "exact"):
         raise UsageError(f"{flag} runs the k-nearest search only (no --radius, --tune or --precision)")
     if args.workers is not None:
         from .distributed import local_cluster

@@ -16,6 +16,10 @@ converted to the fitted dtype and kept on the workers (futures held by the
 estimator). A dask ``X`` at query time is gathered on the client (queries are
 broadcast to every worker) and the results come back as dask arrays chunked
 like its rows; ``y`` is gathered on the client (the vote needs it there).
+
+``radius_neighbors`` and ``radius_neighbors_graph`` run
+:func:`gpumine.distributed.radius_neighbors` over the same shards and return
+one process's lists (object arrays or a sparse matrix, on the client).
 """
 
 from __future__ import annotations
@@ -167,7 +171,45 @@ class _DaskKNeighbors:
         return super().score(X, y, sample_weight)
 
     def _radius_query(self, X, radius):
-        raise NotImplementedError("radius queries are not distributed; use gpumine.neighbors for radius_neighbors")
+        """CSR rows ``(indptr, indices, float64 distances)`` of the training points within ``radius`` and the output
+        kind, from :func:`gpumine.distributed.radius_neighbors` (each shard's lists, merged and ordered by
+        (distance, index) on the client: one process's rows)."""
+        from sklearn.utils.validation import check_is_fitted
+
+        from .._validation import check_array, check_n_features, output_kind
+        from ..neighbors._estimators import _check_feature_names
+        from ._knn import _radius_arrays
+
+        check_is_fitted(self, "n_samples_fit_")
+        radius = getattr(self, "radius", None) if radius is None else radius
+        if radius is None:
+            raise ValueError(f"{type(self).__name__} has no radius of its own; pass radius=")
+        if isinstance(radius, bool) or not isinstance(radius, (int, float, np.number)) or not 0 <= float(radius):
+            raise ValueError(f"radius must be a number >= 0; got {radius!r}")
+        if X is None:
+            queries, kind = None, self._fit_kind
+        else:
+            if hasattr(X, "toarray") and hasattr(X, "nnz"):
+                raise TypeError("sparse input is not supported by gpumine estimators; convert X with X.toarray()")
+            _check_feature_names(self, X, reset=False)
+            query = check_array(X, name="X", dtype=self._fit_dtype, allow_empty=True)
+            check_n_features(query, self.n_features_in_, type(self).__name__)
+            queries, kind = query.detach().cpu().numpy(), output_kind(X)
+        metric = self._metric
+        indptr, indices, dist, _ = _radius_arrays(self._ref, queries, radius, metric=metric.name,
+                                                  p=metric.p if metric.name == "minkowski" else None, mode=self.mode,
+                                                  client=self.client, device=self.device,
+                                                  working_memory=self.working_memory, batch_rows=None)
+        return indptr, indices, dist, kind
+
+    def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
+        """As the single-process estimator's: object arrays of per-row distances and indices (a dask ``X`` is
+        gathered on the client; the lists stay there)."""
+        return super().radius_neighbors(self._local(X)[0], radius, return_distance, sort_results)
+
+    def radius_neighbors_graph(self, X=None, radius=None, mode="connectivity", sort_results=False):
+        """As the single-process estimator's (a SciPy sparse matrix on the client)."""
+        return super().radius_neighbors_graph(self._local(X)[0], radius, mode, sort_results)
 
 
 class KNeighborsClassifier(_DaskKNeighbors, _LocalClassifier):

@@ -13,13 +13,19 @@ tie are ordered as one process orders them), the reported score otherwise.
 (a plain single-process search per block); ``auto`` replicates references up to
 ``REPLICATE_MAX_BYTES`` and shards larger ones. Only host arrays travel
 between workers (Dask cannot move CUDA tensors between processes).
+
+Radius queries (:func:`radius_neighbors`) take the same layouts: each shard
+(or query block) lists every reference within the radius by the float64 exact
+distance that one process uses (:mod:`gpumine.neighbors._radius`), with global
+indices; the client concatenates the lists and orders each row by (distance,
+index), so the answer is one process's whatever the sharding.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["kneighbors", "NearestNeighbors", "REPLICATE_MAX_BYTES"]
+__all__ = ["kneighbors", "radius_neighbors", "NearestNeighbors", "REPLICATE_MAX_BYTES"]
 
 REPLICATE_MAX_BYTES = 1 << 30
 QUERY_BATCH_BYTES = 1 << 28
@@ -58,11 +64,13 @@ def _row_blocks(X, n_blocks: int):
     return [(int(a), X[a:b]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a], X.shape[0]
 
 
-def _as_numpy(X):
+def _as_numpy(X, client=None):
+    """``X`` as a NumPy array on the client (a dask array computed on ``client``, else on the default scheduler)."""
     import dask.array as da
 
     if isinstance(X, da.Array):
-        return X.compute()
+        # on the given client: a persisted array's blocks live on its cluster, not on the default scheduler
+        return X.compute() if client is None else client.compute(X).result()
     return np.asarray(X.to_numpy() if hasattr(X, "to_numpy") else X)
 
 
@@ -206,7 +214,7 @@ def _kneighbors_arrays(X_ref, X_query, k, *, metric, p, mode, client, device, wo
     client = _client(client)
     n_workers = max(1, len(client.scheduler_info()["workers"]))
     exclude_self = X_query is None
-    queries = _as_numpy(X_ref if exclude_self else X_query)
+    queries = _as_numpy(X_ref if exclude_self else X_query, client)
     blocks, n_ref = _row_blocks(X_ref, n_workers)
     limit = n_ref - (1 if exclude_self else 0)
     if k > limit:
@@ -217,7 +225,7 @@ def _kneighbors_arrays(X_ref, X_query, k, *, metric, p, mode, client, device, wo
         mode = "replicate" if ref_bytes <= REPLICATE_MAX_BYTES else "shard"
     common = dict(metric=metric, p=p, device=device, working_memory=working_memory, backend=backend, precision=precision)
     if mode == "replicate":
-        ref = _as_numpy(X_ref)
+        ref = _as_numpy(X_ref, client)
         ref_future = client.scatter(ref, broadcast=True, hash=False)
         bounds = np.linspace(0, queries.shape[0], n_workers + 1).astype(np.int64)
         futures = [client.submit(_search_block, ref_future, queries[a:b], k, a if exclude_self else None, pure=False,
@@ -249,6 +257,146 @@ def _kneighbors_arrays(X_ref, X_query, k, *, metric, p, mode, client, device, wo
     return dist, index
 
 
+def _torch_dtype(dtype):
+    """The dtype :func:`gpumine._validation.check_array` computes data of NumPy dtype ``dtype`` in."""
+    import torch
+
+    return torch.float32 if np.dtype(dtype) in (np.float32, np.float16) else torch.float64
+
+
+def _radius_part(ref, first_row, queries, query_offset, radius, exclude_self, metric, p, dtype, device,
+                 working_memory):
+    """Every reference of ``ref`` (global rows from ``first_row``) within ``radius`` of each query (global rows
+    from ``query_offset`` when ``exclude_self``): ``(query rows, global indices, float64 distances)``."""
+    from gpumine._validation import check_array
+    from gpumine.config import resolve_device, working_memory_bytes
+    from gpumine.core.distance import get_metric
+    from gpumine.neighbors._radius import radius_search
+
+    dev = resolve_device(device)
+    R = check_array(np.asarray(ref), name="X_ref", dtype=dtype)
+    Q = check_array(queries, name="X_query", dtype=dtype, allow_empty=True)
+    indptr, cols, dist = radius_search(R, Q, radius, get_metric(metric, p), exclude_self=False, device=dev,
+                                       budget_bytes=working_memory_bytes(working_memory, dev))
+    rows = np.repeat(np.arange(Q.shape[0], dtype=np.int64), np.diff(indptr)) + query_offset
+    cols = cols + first_row
+    if exclude_self:  # the query's own row (its duplicates stay), as one process's search of the references
+        keep = cols != rows
+        rows, cols, dist = rows[keep], cols[keep], dist[keep]
+    return rows, cols, dist
+
+
+def _radius_arrays(X_ref, X_query, radius, *, metric, p, mode, client, device, working_memory, batch_rows):
+    """``(indptr, indices, float64 distances, output dtype)``: CSR rows of every reference within ``radius``
+    of each query, ordered by (distance, index)."""
+    import dask.array as da
+    import torch
+
+    from gpumine.core.distance import get_metric
+    from gpumine.neighbors._radius import RADIUS_METRICS
+
+    if mode not in ("auto", "shard", "replicate"):
+        raise ValueError(f"mode must be 'auto', 'shard' or 'replicate'; got {mode!r}")
+    if isinstance(radius, bool) or not isinstance(radius, (int, float, np.number)) or not float(radius) >= 0:
+        raise ValueError(f"radius must be a number >= 0; got {radius!r}")
+    metric_obj = get_metric(metric, p)
+    if metric_obj.name not in RADIUS_METRICS:
+        raise ValueError(f"radius queries support the metrics {RADIUS_METRICS}; got {metric_obj.name!r}")
+    client = _client(client)
+    n_workers = max(1, len(client.scheduler_info()["workers"]))
+    if not isinstance(X_ref, da.Array):
+        X_ref = _as_numpy(X_ref)
+    if X_ref.ndim != 2:
+        raise ValueError(f"X_ref must be 2-D (n_samples, n_features); got shape {X_ref.shape}")
+    exclude_self = X_query is None
+    queries = _as_numpy(X_ref if exclude_self else X_query, client)
+    if queries.ndim != 2:
+        raise ValueError(f"X_query must be 2-D (n_queries, n_features); got shape {queries.shape}")
+    # one process computes both sides in float64 when either is float64 (radius_neighbors' _prepare)
+    dtype = _torch_dtype(X_ref.dtype)
+    if not exclude_self and _torch_dtype(queries.dtype) == torch.float64:
+        dtype = torch.float64
+    blocks, n_ref = _row_blocks(X_ref, n_workers)
+    n_features = X_ref.shape[1]
+    if not exclude_self and queries.shape[1] != n_features:
+        raise ValueError(f"X_query has {queries.shape[1]} features but X_ref has {n_features}; "
+                         "queries need the same columns as the reference set")
+    itemsize = np.dtype(np.float32 if dtype == torch.float32 else np.float64).itemsize
+    if mode == "auto":
+        mode = "replicate" if n_features * n_ref * itemsize <= REPLICATE_MAX_BYTES else "shard"
+    p_arg = metric_obj.p if metric_obj.name == "minkowski" else None
+    common = dict(metric=metric_obj.name, p=p_arg, dtype=dtype, device=device, working_memory=working_memory)
+    radius = float(radius)
+    if mode == "replicate":
+        ref_future = client.scatter(_as_numpy(X_ref, client), broadcast=True, hash=False)
+        bounds = np.linspace(0, queries.shape[0], n_workers + 1).astype(np.int64)
+        futures = [client.submit(_radius_part, ref_future, 0, queries[a:b], int(a), radius, exclude_self, pure=False,
+                                 **common) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        found = client.gather(futures)
+        del ref_future
+    else:
+        if batch_rows is None:
+            batch_rows = max(1, QUERY_BATCH_BYTES // max(1, queries.itemsize * queries.shape[1]))
+        elif isinstance(batch_rows, bool) or not isinstance(batch_rows, (int, np.integer)) or batch_rows < 1:
+            raise ValueError(f"batch_rows must be a positive integer or None; got {batch_rows!r}")
+        shards = [(first_row, client.scatter(block, hash=False) if isinstance(block, np.ndarray)
+                   else _computed(client, block)) for first_row, block in blocks]
+        found = []
+        for q0 in range(0, queries.shape[0], batch_rows):
+            batch = client.scatter(queries[q0 : q0 + batch_rows], broadcast=True, hash=False)
+            found.extend(client.gather([client.submit(_radius_part, shard, first_row, batch, q0, radius, exclude_self,
+                                                      pure=False, **common) for first_row, shard in shards]))
+            del batch
+        del shards
+    n_query = queries.shape[0]
+    rows = np.concatenate([f[0] for f in found] + [np.zeros(0, np.int64)])
+    cols = np.concatenate([f[1] for f in found] + [np.zeros(0, np.int64)])
+    dist = np.concatenate([f[2] for f in found] + [np.zeros(0)])
+    order = np.lexsort((cols, dist, rows))
+    rows, cols, dist = rows[order], cols[order], dist[order]
+    indptr = np.zeros(n_query + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_query), out=indptr[1:])
+    return indptr, cols, dist, (np.float32 if dtype == torch.float32 else np.float64)
+
+
+def radius_neighbors(X_ref, X_query=None, radius: float = 1.0, *, metric: str = "euclidean", p=None,
+                     mode: str = "auto", client=None, device="auto", working_memory=None, return_distance: bool = True,
+                     sort_results: bool = False, batch_rows: int | None = None):
+    """Every reference within ``radius`` of each query on a Dask cluster, as :func:`gpumine.neighbors.radius_neighbors`.
+
+    Parameters
+    ----------
+    X_ref : dask.array (chunked by rows), NumPy array or pandas DataFrame
+        The references; a dask array's row chunks are the shards.
+    X_query : same kinds, optional
+        The queries (``None``: the references themselves, each point excluded
+        from its own list, not its duplicates). Gathered on the client and
+        broadcast to the workers.
+    radius : float, default 1.0
+        A reference is a neighbour when its float64 exact distance is at most ``radius``.
+    metric, p, device, working_memory
+        As :func:`gpumine.neighbors.radius_neighbors` (``device`` resolved on each worker).
+    mode, client, batch_rows
+        As :func:`kneighbors`.
+    return_distance : bool, default True
+    sort_results : bool, default False
+        Accepted for scikit-learn compatibility: rows are always ordered by (distance, index).
+
+    Returns
+    -------
+    distances, indices : object arrays of length n_queries
+        Row i holds query i's neighbours' distances (the data's dtype) and
+        global indices, as one process and scikit-learn return them.
+    """
+    from gpumine.neighbors._neighbor_graphs import csr_to_lists
+
+    indptr, indices, dist, out_dtype = _radius_arrays(X_ref, X_query, radius, metric=metric, p=p, mode=mode,
+                                                      client=client, device=device, working_memory=working_memory,
+                                                      batch_rows=batch_rows)
+    dist_rows, index_rows = csr_to_lists(indptr, indices, dist.astype(out_dtype))
+    return (dist_rows, index_rows) if return_distance else index_rows
+
+
 def _outputs(dist, index, like, return_distance):
     import dask.array as da
 
@@ -262,8 +410,8 @@ class NearestNeighbors:
     """Exact nearest neighbours on a Dask cluster, with :class:`gpumine.neighbors.NearestNeighbors`'s methods.
 
     ``fit(X)`` keeps ``X`` (a dask array is persisted on the workers); ``kneighbors``
-    runs :func:`kneighbors` (``mode``, ``client`` as there) and returns what one
-    process returns.
+    runs :func:`kneighbors` and ``radius_neighbors`` :func:`radius_neighbors`
+    (``mode``, ``client`` as there), and both return what one process returns.
 
     Examples
     --------
@@ -276,9 +424,10 @@ class NearestNeighbors:
            [1, 0]])
     """
 
-    def __init__(self, n_neighbors=5, *, metric="euclidean", p=None, mode="auto", client=None, device="auto",
-                 working_memory=None):
+    def __init__(self, n_neighbors=5, *, radius=1.0, metric="euclidean", p=None, mode="auto", client=None,
+                 device="auto", working_memory=None):
         self.n_neighbors = n_neighbors
+        self.radius = radius
         self.metric = metric
         self.p = p
         self.mode = mode
@@ -288,7 +437,7 @@ class NearestNeighbors:
 
     def get_params(self, deep=True):
         return {name: getattr(self, name) for name in
-                ("n_neighbors", "metric", "p", "mode", "client", "device", "working_memory")}
+                ("n_neighbors", "radius", "metric", "p", "mode", "client", "device", "working_memory")}
 
     def fit(self, X, y=None):
         """Keep the references (persisted on the cluster when a dask array)."""
@@ -307,3 +456,29 @@ class NearestNeighbors:
         return kneighbors(self._X, X, self.n_neighbors if n_neighbors is None else n_neighbors, metric=self.metric,
                           p=self.p, mode=self.mode, client=self.client, device=self.device,
                           working_memory=self.working_memory, return_distance=return_distance)
+
+    def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
+        """Every training row within ``radius`` (default: the constructor's) of each row of ``X`` (``None``: the
+        training set, self excluded): object arrays of per-row distances and indices, ordered by (distance, index)."""
+        if not hasattr(self, "_X"):
+            raise ValueError("this NearestNeighbors is not fitted yet; call fit(X) first")
+        if sort_results and not return_distance:
+            raise ValueError("return_distance must be True if sort_results is True.")
+        return radius_neighbors(self._X, X, self.radius if radius is None else radius, metric=self.metric, p=self.p,
+                                mode=self.mode, client=self.client, device=self.device,
+                                working_memory=self.working_memory, return_distance=return_distance)
+
+    def radius_neighbors_graph(self, X=None, radius=None, mode="connectivity", sort_results=False):
+        """Sparse (n_queries, n_samples_fit) graph of the training rows within ``radius`` (as scikit-learn)."""
+        import scipy.sparse as sp
+
+        if mode not in ("connectivity", "distance"):
+            raise ValueError(f'Unsupported mode, must be one of "connectivity", or "distance" but got "{mode}" instead')
+        if not hasattr(self, "_X"):
+            raise ValueError("this NearestNeighbors is not fitted yet; call fit(X) first")
+        indptr, indices, dist, _ = _radius_arrays(self._X, X, self.radius if radius is None else radius,
+                                                  metric=self.metric, p=self.p, mode=self.mode, client=self.client,
+                                                  device=self.device, working_memory=self.working_memory,
+                                                  batch_rows=None)
+        data = np.ones(len(indices)) if mode == "connectivity" else dist
+        return sp.csr_matrix((data, indices, indptr), shape=(len(indptr) - 1, self.n_samples_fit_))

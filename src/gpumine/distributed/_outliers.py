@@ -1,13 +1,19 @@
-"""LOF and top-n distance-based outliers from the distributed all-kNN.
+"""LOF and top-n distance-based outliers on a Dask cluster.
 
-The all-kNN runs on the cluster (:func:`gpumine.distributed.kneighbors`); the
-(n x k) neighbour lists come back to the client, which computes what one process
-computes from them: LOF (k-distances, lrd, LOF, with the same duplicates rule)
-and the brute-force outlier weights (canonical float64 distances to the k
+LOF and the brute-force outlier weights come from the distributed all-kNN
+(:func:`gpumine.distributed.kneighbors`): the (n x k) neighbour lists come back
+to the client, which computes what one process computes from them (k-distances,
+lrd, LOF with the same duplicates rule; canonical float64 distances to the k
 nearest, summed by the fixed tree), so both equal the single-process results.
 The lists and the data are gathered on the client: suited to data that fits one
-host's memory while its all-kNN needs several GPUs. The distributed SolvingSet
-(candidates broadcast each round, bounds tightened on every node) is not there yet.
+host's memory while its all-kNN needs several GPUs.
+
+The top-n outliers by SolvingSet (the default) run distributed as Angiulli,
+Basta, Lodi & Sartori's DistributedSolvingSet: rows sharded over the workers
+(scattered once), candidates broadcast each iteration, bounds tightened on every
+worker, exact weights merged on the client (see
+:mod:`gpumine.distributed._solving_set`). Nothing of size n x k gathers on the
+client.
 """
 
 from __future__ import annotations
@@ -16,25 +22,88 @@ import warnings
 
 import numpy as np
 
-from ._knn import _as_numpy, kneighbors
+from ._knn import _as_numpy, _client, kneighbors
 
 __all__ = ["LocalOutlierFactor", "top_n_outliers"]
 
 
-def top_n_outliers(X, n_outliers: int = 10, k: int = 5, *, include_self: bool = False, metric: str = "euclidean", p=None,
-                   mode: str = "auto", client=None, device="auto", working_memory=None):
-    """The top-n distance-based outliers by brute force on a Dask cluster (as ``method="brute_force"``).
+def top_n_outliers(X, n_outliers: int = 10, k: int = 5, *, method: str = "solving_set", n_candidates="auto",
+                   include_self: bool = False, metric: str = "euclidean", p=None, random_state=0, mode: str = "auto",
+                   client=None, device="auto", backend=None, working_memory=None, verbose=None):
+    """The top-n distance-based outliers on a Dask cluster: :func:`gpumine.outliers.top_n_outliers`'s answer.
 
-    Returns the same :class:`~gpumine.outliers.DistanceOutliers` (indices, weights, threshold, every
-    point's weight in ``scores``) as :func:`gpumine.outliers.top_n_outliers` in one process.
+    Parameters
+    ----------
+    X : NumPy array, pandas DataFrame, torch tensor or dask array (chunked by rows)
+        A dask array's row chunks are the shards (computed where the scheduler
+        puts them); other inputs are validated on the client and split into one
+        row block per worker.
+    n_outliers, k, include_self, metric, p
+        As :func:`gpumine.outliers.top_n_outliers`.
+    method : {"solving_set", "brute_force"}, default "solving_set"
+        ``"solving_set"``: the distributed SolvingSet (rows stay on the
+        workers; candidates are broadcast each iteration; see
+        :mod:`gpumine.distributed._solving_set`). ``"brute_force"``: the
+        distributed all-kNN (``mode`` as :func:`gpumine.distributed.kneighbors`),
+        then every weight on the client. Both give the same outliers, weights
+        and threshold as one process, whatever the number of workers or chunks.
+    n_candidates : int or "auto", default "auto"
+        Candidates per SolvingSet iteration; ``"auto"`` follows one process's
+        table for its tile form on the workers' device
+        (:func:`gpumine.outliers._solving_set.auto_candidates`).
+    random_state : int, None or NumPy generator, default 0
+        Seeds the first candidates, as in one process (same seed, same solving set).
+    mode : {"auto", "shard", "replicate"}
+        Brute force's kNN layout.
+    client : distributed.Client, optional
+        Default: the current client.
+    device, backend, working_memory
+        As in one process, resolved on each worker (``"auto"``: its GPU when it
+        has one). SolvingSet runs torch tiles (``backend="triton"`` is refused,
+        as one process refuses it for the tile form).
+    verbose : int, optional
+        A progress bar of the settled points on the client.
+
+    Returns
+    -------
+    DistanceOutliers
+        NumPy arrays whatever the input kind. With SolvingSet, ``solving_set``
+        and the iteration count equal one process's tile form for the same
+        seed; ``scores`` of solving-set points that could not enter the top n
+        are upper bounds below ``threshold`` that may differ from one
+        process's (see :mod:`gpumine.distributed._solving_set`).
+
+    Examples
+    --------
+    >>> import numpy as np, distributed  # doctest: +SKIP
+    >>> with distributed.Client(processes=False) as client:  # doctest: +SKIP
+    ...     res = top_n_outliers(np.array([[0.0], [0.1], [0.2], [0.3], [5.0]]), n_outliers=1, k=2, device="cpu")
+    ...     res.indices, res.weights.round(2)
+    (array([4]), array([9.5]))
     """
+    from ..outliers._distance_based import check_method
+
+    method = check_method(method)
+    if method == "solving_set":
+        from ._solving_set import solving_set_outliers
+
+        return solving_set_outliers(X, n_outliers, k, include_self=include_self, metric=metric, p=p,
+                                    n_candidates=n_candidates, random_state=random_state, client=client,
+                                    device=device, working_memory=working_memory, backend=backend, verbose=verbose)
+    return _brute_force(X, n_outliers, k, include_self=include_self, metric=metric, p=p, mode=mode, client=client,
+                        device=device, backend=backend, working_memory=working_memory)
+
+
+def _brute_force(X, n_outliers, k, *, include_self, metric, p, mode, client, device, backend, working_memory):
+    """All-kNN on the cluster, then the weights on the client (``method="brute_force"``)."""
     import torch
 
     from .._validation import check_array
     from ..outliers._distance_based import DistanceOutliers, check_n_outliers, effective_k, top_n_from_weights
     from ..outliers._weights import PairSpace, resolve_metric
 
-    data = _as_numpy(X)
+    client = _client(client)
+    data = _as_numpy(X, client)
     Xt = check_array(data, name="X")
     n = Xt.shape[0]
     if n < 2:
@@ -43,7 +112,7 @@ def top_n_outliers(X, n_outliers: int = 10, k: int = 5, *, include_self: bool = 
     k_other = effective_k(k, n, bool(include_self))
     n_outliers = check_n_outliers(n_outliers, n)
     _, index = kneighbors(X, None, k_other, metric=metric, p=p, mode=mode, client=client, device=device,
-                          working_memory=working_memory)
+                          working_memory=working_memory, backend=backend)
     index = torch.from_numpy(np.asarray(index))
     space = PairSpace(Xt, metric_obj, tiles=False)
     scores = space.canonical(torch.arange(n)[:, None], index)
@@ -89,7 +158,7 @@ class LocalOutlierFactor:
         check_duplicates_rule(self.duplicates)
         metric_obj = get_metric(self.metric, self.p)
         check_lof_metric(metric_obj)
-        Xt = check_array(_as_numpy(X), name="X")
+        Xt = check_array(_as_numpy(X, _client(self.client)), name="X")
         n = Xt.shape[0]
         if n < 2:
             raise ValueError(f"LocalOutlierFactor needs at least 2 samples (n_samples = {n})")

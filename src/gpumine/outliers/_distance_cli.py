@@ -8,6 +8,11 @@ Examples::
 
     gpumine outliers data.csv --top 10 -k 50
     gpumine outliers 10_cover.npz --label-column y --top 20 -k 5 --method brute_force -o top.csv
+    gpumine outliers data.csv --top 10 -k 5 --scheduler tcp://host:8786
+    gpumine outliers data.csv --top 10 -k 5 --workers 4
+
+``--scheduler ADDRESS`` / ``--workers N`` run either method on a Dask cluster
+(:func:`gpumine.distributed.top_n_outliers`): the same outliers and weights.
 """
 
 from __future__ import annotations
@@ -60,6 +65,13 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, help="write the outliers to .csv, .json or .npy (default: CSV on stdout)")
     p.add_argument("--solving-set", default=None, metavar="FILE",
                    help="also write the solving set (index, weight, exact) to .csv, .json or .npy")
+    cluster = p.add_mutually_exclusive_group()  # --scheduler ADDRESS or --workers N, not both
+    cluster.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                         help="run on this Dask cluster (e.g. tcp://host:8786; needs gpumine[dask]): the rows are "
+                              "sharded over its workers, the outliers and weights are the same")
+    cluster.add_argument("--workers", type=positive_int, default=None, metavar="N",
+                         help="as --scheduler, on a local Dask cluster of N workers started for this run (one per "
+                              "GPU when there are GPUs; needs gpumine[dask]); not with --scheduler")
     add_device_options(p, quiet_help="no progress bar and no statistics on stderr")
     p.set_defaults(func=run_outliers)
     return p
@@ -92,6 +104,18 @@ def _write_stdout(columns) -> None:
                            for name in names) + "\n")
 
 
+def _on_dask(args, X, common):
+    """``--scheduler`` / ``--workers``: :func:`gpumine.distributed.top_n_outliers` on that cluster."""
+    import contextlib
+
+    from ..cli import _dask_client
+    from ..distributed import top_n_outliers as distributed_top_n_outliers
+
+    with contextlib.ExitStack() as stack:
+        client = _dask_client(args, stack)
+        return distributed_top_n_outliers(X, args.top, args.k, client=client, **common)
+
+
 def run_outliers(args) -> int:
     """Handler of ``gpumine outliers``."""
     from ..data import check_output_path, write_result
@@ -104,11 +128,13 @@ def run_outliers(args) -> int:
     if X.ndim == 1:
         X = X.reshape(-1, 1)
     start = time.perf_counter()
-    result = top_n_outliers(
-        X, args.top, args.k, method=args.method, n_candidates=args.candidates, include_self=args.include_self,
-        metric=args.metric, p=args.p, random_state=args.seed, device=args.device, backend=args.backend,
-        working_memory=args.working_memory, verbose=0 if args.quiet else None,
-    )
+    common = dict(method=args.method, n_candidates=args.candidates, include_self=args.include_self,
+                  metric=args.metric, p=args.p, random_state=args.seed, device=args.device, backend=args.backend,
+                  working_memory=args.working_memory, verbose=0 if args.quiet else None)
+    if getattr(args, "scheduler", None) is not None or getattr(args, "workers", None) is not None:
+        result = _on_dask(args, X, common)
+    else:
+        result = top_n_outliers(X, args.top, args.k, **common)
     seconds = time.perf_counter() - start
     indices = np.asarray(result.indices)
     columns = {"rank": np.arange(1, len(indices) + 1), "index": indices, "weight": np.asarray(result.weights)}
