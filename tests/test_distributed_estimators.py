@@ -175,7 +175,7 @@ def test_errors_are_the_single_process_ones(client):
         gd.KNeighborsClassifier(device="cpu", client=client).fit(da.from_array(X, chunks=(6, -1)), y[:19])
     with pytest.raises(ValueError, match="precomputed"):
         gd.KNeighborsClassifier(metric="precomputed", device="cpu", client=client).fit(X @ X.T, y)
-    with pytest.raises(NotImplementedError, match="radius"):
+    with pytest.raises(ValueError, match="no radius of its own"):
         fitted.radius_neighbors(X)
 
 
