@@ -24,4 +24,4 @@ test-gpu:
 	$(PYTHON) -m pytest -q -m gpu
 
 bench-knn:
-	$(PYTHON) -m gpumine bench knn --out benchmarks/results/knn.json --markdown benchmarks/results/knn.md
+	$(PYTHON) -m benchmarks.knn --out benchmarks/results/knn.json --markdown benchmarks/results/knn.md
