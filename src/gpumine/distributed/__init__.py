@@ -11,11 +11,11 @@ from ._knn import NearestNeighbors, kneighbors
 from ._outliers import LocalOutlierFactor, top_n_outliers
 
 __all__ = ["kneighbors", "NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor", "LocalOutlierFactor",
-           "top_n_outliers", "CategoricalNB", "frequent_itemsets", "local_cluster"]
+           "top_n_outliers", "CategoricalNB", "C45Classifier", "frequent_itemsets", "local_cluster"]
 
 from .._lazy import lazy_exports
 
-# the kNN estimators need scikit-learn (about a second to import): loaded on first use
-_LAZY = {"KNeighborsClassifier": "._estimators", "KNeighborsRegressor": "._estimators"}
+# the kNN estimators and the tree need scikit-learn (about a second to import): loaded on first use
+_LAZY = {"KNeighborsClassifier": "._estimators", "KNeighborsRegressor": "._estimators", "C45Classifier": "._tree"}
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
