@@ -162,6 +162,22 @@ def _input_parts(client, X, y, sample_weight):
     return [(part(X, a, b), part(y, a, b), part(w, a, b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
+#: Partition results are gathered and added on the client while they hold at most this many bytes in all (one hop
+#: from the round to its result); larger ones are summed by a tree reduce on the cluster.
+GATHER_MAX_BYTES = 32 << 20
+
+
+def _summed(client, futures, combine, nbytes):
+    """``combine`` over the partitions' results ``futures`` (``nbytes`` each, about), in order."""
+    if len(futures) > 1 and nbytes * len(futures) > GATHER_MAX_BYTES:
+        return tree_reduce(client, futures, combine)
+    results = client.gather(futures)
+    out = results[0] if results else None
+    for r in results[1:]:
+        out = combine(out, r)
+    return out
+
+
 # ----------------------------------------------------------------------------- one partition, on its worker
 class _Partition:
     """One row partition where it lives: its codes (first its own, then the merged encoding's), labels,
@@ -554,6 +570,11 @@ class _CountedRaising:
         self.offset[nodes] = offset
         self.branch_of[nodes] = big
         self.snapshots.append((pre, pre_end, summed))
+        # the counts no node reads any more
+        live = np.zeros(len(self.snapshots), dtype=bool)
+        live[self.source[self.source >= 0]] = True
+        for s in np.flatnonzero(~live).tolist():
+            self.snapshots[s] = None
 
     def _extra(self, owner, v):
         """The counts of ``owner``'s rows outside its largest branch that end under node ``v`` (arrays)."""
@@ -843,7 +864,9 @@ handle_unknown, representation, device, backend
             nonlocal parts
             shared = None if plan is None else client.scatter([plan], hash=False)[0]  # one future for the tuple
             parts = [client.submit(_step, p, shared, n_level, count_plan, want_tot, pure=False) for p in parts]
-            return tree_reduce(client, [client.submit(_step_summary, p, pure=False) for p in parts], _add_step)
+            nbytes = 8 * C * (n_level * (cols.n_levels[0] if fractional else 1)
+                               + (0 if count_plan is None else count_plan[2] * offsets[-1]))
+            return _summed(client, [client.submit(_step_summary, p, pure=False) for p in parts], _add_step, nbytes)
 
         plan = None  # the previous depth's splits, until the partitions route their entries by them
         tot_h = None  # the depth's class counts where the previous depth's table gives them
@@ -934,7 +957,7 @@ handle_unknown, representation, device, backend
             def query(tables, largest, base, pre, size):
                 shared = client.scatter([(tables, largest, base, pre)], hash=False)[0]
                 futures = [client.submit(_query_extras, p, shared, size, C, pure=False) for p in parts]
-                return tree_reduce(client, futures, _add)
+                return _summed(client, futures, _add, 8 * size * C)
 
             pruner = _CountedRaising(tree, cols, float(self.confidence), left_branch_last_codes(tree, cols), query)
             old = sys.getrecursionlimit()
