@@ -7,10 +7,10 @@ Needs ``dask[distributed]`` (``pip install 'gpumine[dask]'``); on GPUs, dask-cud
 from ._cluster import local_cluster
 from ._counting import CategoricalNB
 from ._itemsets import frequent_itemsets
-from ._knn import NearestNeighbors, kneighbors
+from ._knn import NearestNeighbors, kneighbors, radius_neighbors
 from ._outliers import LocalOutlierFactor, top_n_outliers
 
-__all__ = ["kneighbors", "NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor", "LocalOutlierFactor",
+__all__ = ["kneighbors", "radius_neighbors", "NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor", "LocalOutlierFactor",
            "top_n_outliers", "CategoricalNB", "C45Classifier", "frequent_itemsets", "local_cluster"]
 
 from .._lazy import lazy_exports
