@@ -39,7 +39,11 @@ def _add_knn(sub) -> None:
     p.add_argument("train", help="training data: .csv[.gz], .parquet, .npy or .npz")
     p.add_argument("query", nargs="?", help="query data (same columns; its label column, if present, gives the accuracy)")
     p.add_argument("-k", "--k", type=int, default=5, help="neighbours per query (default 5)")
-    p.add_argument("--metric", default="euclidean", help="euclidean, sqeuclidean, manhattan, chebyshev, minkowski, cosine, inner_product")
+    p.add_argument("--metric", default="euclidean",
+                   help="euclidean, sqeuclidean, manhattan, chebyshev, minkowski, cosine, inner_product; also "
+                        "canberra, braycurtis, correlation, hamming, haversine (2 features), nan_euclidean and the "
+                        "boolean jaccard, dice, rogerstanimoto, russellrao, sokalsneath, yule (exact brute force); "
+                        "seuclidean and mahalanobis need metric_params (Python API)")
     p.add_argument("--p", type=float, default=None, help="power for --metric minkowski")
     p.add_argument("--label-column", default=None, help="label column of TRAIN (index, negative from the end, or header name)")
     p.add_argument("--task", default="auto", choices=["auto", "classify", "regress", "neighbors"])
