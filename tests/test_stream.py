@@ -108,7 +108,7 @@ def test_score_one_and_score_many_change_nothing():
             assert x == y
     assert many[0] == pytest.approx(one) and one > 5
     assert np.median(many[1:]) < 2
-    # scoring is a novelty query against buffer + virtual points: deterministic
+    # scoring is a novelty query against the last window_size points + virtual points: deterministic
     assert det.score_one(far[0]) == one
 
 

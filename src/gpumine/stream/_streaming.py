@@ -51,11 +51,26 @@ the scores of a window are exactly the batch LOF of that window
 Streaming API (as River): ``learn_one(x)`` buffers a point and processes the
 window when ``window_size`` points are buffered; ``learn_many(X)`` does the
 same for many; ``score_one(x)`` / ``score_many(X)`` are pure: they score new
-points as novelty queries against the buffered points plus the reference set
-(LOF's novelty mode), changing nothing. ``process(window)`` scores and learns
-one window and returns ``(scores, flags)``. Scores are LOF values (larger is
-more outlying, about 1 for inliers). Memory is bounded by ``window_size``
-plus ``max_bins`` (or ``history_size``) points.
+points as novelty queries (LOF's novelty mode: a query is nobody's neighbour)
+against the set a full window is scored in, changing nothing, so that the
+scores do not depend on how full the buffer is. Its real points are the last
+``window_size`` points learned (the buffered ones, topped up with the most
+recent processed ones; all of them while fewer were learned); for
+:class:`SlidingWindowLOF` the last ``max(history_size + n_buffered_,
+window_size)`` (the history is among them). :class:`StreamingLOF` adds the
+virtual points of its current summary (of everything processed, so the
+processed part of the real points is also in the bins), with their synthetic
+lrd. Without virtual points (``max_bins=0``, :class:`SlidingWindowLOF`) the
+scores are scikit-learn's ``LocalOutlierFactor(novelty=True)`` fitted on the
+real points. With fewer than 2 points learned every score is 1.0. (Earlier
+versions scored against the buffered points and the virtual points alone:
+right after a window was processed, with no real points around, the virtual
+points' k-distances are bin spacings while their synthetic lrd is the real
+points' density, and ordinary inliers scored 5-50.) ``process(window)``
+scores and learns one window and returns ``(scores, flags)``. Scores are LOF
+values (larger is more outlying, about 1 for inliers). Memory is bounded by
+twice ``window_size`` (the buffer and the last points) plus ``max_bins`` (or
+``history_size``) points.
 """
 
 from __future__ import annotations
@@ -147,6 +162,9 @@ class _WindowedLOF(abc.ABC):
         self._warned_duplicates = False
         self._buffer: list[torch.Tensor] = []
         self._buffered = 0
+        # the last points processed (at most _recent_size()), the real points of score_one's reference
+        # beside the buffer; None when none are kept
+        self._recent: torch.Tensor | None = None
         self._cache = None
         self.last_scores_ = None
         self.last_flags_ = None
@@ -187,6 +205,16 @@ class _WindowedLOF(abc.ABC):
     @abc.abstractmethod
     def _learn_window(self, X: torch.Tensor) -> None:
         """Fold a scored window into the state (the summary or the history)."""
+
+    def _recent_size(self) -> int:
+        """How many of the last processed points to keep for ``score_one`` (0: none)."""
+        return self.window_size
+
+    def _novelty_past(self):
+        """``(tail, reference)``: the processed points that precede the buffer in ``score_one``'s
+        reference (None for none) and the reference points of the past."""
+        tail = None if self._recent is None else self._recent[-(self.window_size - self._buffered):]
+        return tail, self._reference_points()
 
     @property
     def threshold_(self) -> float:
@@ -334,11 +362,22 @@ class _WindowedLOF(abc.ABC):
         self._threshold.update(lof)
         flags = self._threshold.flags(lof)
         self._learn_window(X)
+        self._remember(X)
         self.n_windows_ += 1
         self.n_seen_ += X.shape[0]
         self._cache = None
         self.last_scores_, self.last_flags_ = lof, flags
         return lof, flags
+
+    def _remember(self, X: torch.Tensor) -> None:
+        """Keep the last ``_recent_size()`` processed points (a copy: the caller's tensor may change)."""
+        size = self._recent_size()
+        if size == 0:
+            self._recent = None
+        elif self._recent is None or X.shape[0] >= size:
+            self._recent = X[-size:].clone()
+        else:
+            self._recent = torch.cat([self._recent, X])[-size:].clone()
 
     # -- River-style streaming API ------------------------------------------------------------
     def learn_one(self, x) -> None:
@@ -372,11 +411,14 @@ class _WindowedLOF(abc.ABC):
         return self._process(X)
 
     def _novelty_reference(self):
+        """The set a full window is scored in: the last points learned, then the past's reference points."""
         if self._cache is None:
-            parts = self._buffer + [self._reference_points()]
-            R = torch.cat(parts) if parts else None
-            n_real = self._buffered
-            fitted = None if R is None else self._fit_reference(R, n_real)
+            tail, V = self._novelty_past()
+            real = ([tail] if tail is not None and tail.shape[0] else []) + self._buffer
+            n_real = sum(part.shape[0] for part in real)
+            parts = real + ([V] if V.shape[0] or not real else [])
+            R = torch.cat(parts) if len(parts) > 1 else parts[0]
+            fitted = self._fit_reference(R, n_real)
             self._cache = (R, fitted)
         return self._cache
 
@@ -390,12 +432,17 @@ class _WindowedLOF(abc.ABC):
         return lof
 
     def score_one(self, x) -> float:
-        """LOF of one new point against the buffer and the past; changes nothing (1.0 before any data)."""
+        """LOF of one new point as a novelty query against the last points learned and the past.
+
+        The reference is the set a full window is scored in (see the module
+        docstring), whatever the buffer's fill level; changes nothing; 1.0
+        before 2 points were learned.
+        """
         rows = self._one(x, learning=False)
         return float(self._score_rows(rows)[0])
 
     def score_many(self, X):
-        """LOF of new points against the buffer and the past (each scored alone; changes nothing)."""
+        """LOF of new points as :meth:`score_one` does (each scored alone; changes nothing)."""
         kind = output_kind(X)
         rows = self._as_rows(X, learning=False)
         if rows.shape[0] == 0:
@@ -442,6 +489,8 @@ class _WindowedLOF(abc.ABC):
             arrays["threshold_hist"] = self._threshold.hist.cpu().numpy()
         buffer = torch.cat(self._buffer).cpu().numpy() if self._buffered else np.empty((0, self.n_features_in_ or 0))
         arrays["buffer"] = buffer
+        if self._recent is not None:
+            arrays["recent"] = self._recent.cpu().numpy()
         for key, value in self._state_arrays().items():
             arrays[key] = value.cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
         if not path.parent.is_dir():
@@ -482,6 +531,12 @@ class _WindowedLOF(abc.ABC):
                 raise ValueError("the buffered points in the state file do not match the detector; the file is damaged")
             self._buffer = [torch.as_tensor(buffer).to(self.device_, self.dtype_)]
             self._buffered = buffer.shape[0]
+        recent = arrays.get("recent")  # absent from files of earlier versions: score_one then uses buffer + past
+        if recent is not None:
+            if (self.n_features_in_ is None or recent.ndim != 2 or recent.shape[1] != self.n_features_in_
+                    or not 0 < recent.shape[0] <= self._recent_size()):
+                raise ValueError("the last points in the state file do not match the detector; the file is damaged")
+            self._recent = torch.as_tensor(recent).to(self.device_, self.dtype_)
         self._load_arrays(arrays)
 
 
@@ -628,9 +683,13 @@ class SlidingWindowLOF(_WindowedLOF):
 
     The baseline of LOF_GPU (Yu 2017): no summary, the past is forgotten once it
     leaves the history. With ``history_size=0`` each window is scored alone
-    (batch LOF per window). Memory: ``window_size + history_size`` points, so
+    (batch LOF per window). The past is ``history_size`` points, so
     ``SlidingWindowLOF(w, history_size=m)`` and ``StreamingLOF(w, max_bins=m)``
-    use equal memory.
+    keep pasts of equal size. ``score_one`` scores against the last
+    ``max(history_size + n_buffered_, window_size)`` points learned (a
+    history shorter than a window keeps the last ``window_size`` points
+    beside it for that). Memory: the buffer, the history and, when the
+    history is shorter, ``window_size`` points.
 
     Parameters
     ----------
@@ -677,6 +736,16 @@ class SlidingWindowLOF(_WindowedLOF):
             d = self.n_features_in_ or 0
             return torch.empty((0, d), dtype=self.dtype_ or torch.float32, device=self.device_)
         return self.history_
+
+    def _recent_size(self) -> int:
+        # a history of window_size points or more holds the last window_size points already
+        return self.window_size if self.history_size < self.window_size else 0
+
+    def _novelty_past(self):
+        if self._recent is None:  # the history (or nothing yet) precedes the buffer
+            return None, self._reference_points()
+        need = max(self.history_size, self.window_size - self._buffered)
+        return self._recent[-need:], self._reference_points()[:0]
 
     def _learn_window(self, X: torch.Tensor) -> None:
         if self.history_size == 0:
