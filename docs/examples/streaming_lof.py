@@ -36,7 +36,7 @@ def main(argv=None) -> int:
         "SlidingWindowLOF": SlidingWindowLOF(n_neighbors=20, window_size=window, history_size=1000,
                                              threshold="quantile:0.99", device=args.device),
     }
-    for name, detector in detectors.items():  # equal memory: 1,000 bins or 1,000 past points
+    for name, detector in detectors.items():  # the same number of past points: 1,000 bins or 1,000 raw points
         scores, flags = [], []
         for start in range(0, len(X), window):
             s, f = detector.process(X[start : start + window])  # score the window with the past, then learn it
