@@ -19,7 +19,7 @@ import torch
 
 from gpumine.data import atomic_open
 from gpumine.neighbors import kneighbors
-from gpumine.neighbors import _graphs
+from gpumine.neighbors.engine import _graphs
 
 
 def _plain_torch(X: torch.Tensor, k: int) -> torch.Tensor:

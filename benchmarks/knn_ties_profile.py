@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from gpumine.core.distance import get_metric
-from gpumine.neighbors._engine import knn_search
+from gpumine.neighbors.engine._search import knn_search
 
 
 def _plain_torch(X: torch.Tensor, k: int) -> torch.Tensor:

@@ -333,7 +333,7 @@ class OutlierBench:
 
     def _bf_estimate(self, X: np.ndarray, k: int) -> float:
         """Seconds a full brute-force run would take, from the engine on a slice of the queries."""
-        from ..neighbors._engine import knn_search
+        from ..neighbors.engine import knn_search
         from ..outliers._distance_based import engine_backend
         from ..core.distance import get_metric
         from ..config import working_memory_bytes
