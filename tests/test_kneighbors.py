@@ -346,7 +346,7 @@ def test_reduced_precision_needs_float32_data():
 
 @pytest.mark.parametrize("d", [1, 3, 8, 20])
 def test_curve_codes_interleave_the_quantised_features_bit_by_bit(d):
-    from gpumine.neighbors.engine._search import _CurveOrder
+    from gpumine.neighbors.engine._curve import _CurveOrder
 
     X = torch.from_numpy(_data("random", 300, d, 19))
     order = _CurveOrder(X)
