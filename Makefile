@@ -24,4 +24,10 @@ test-gpu:
 	$(PYTHON) -m pytest -q -m gpu
 
 bench-knn:
-	$(PYTHON) -m gpumine bench knn --out benchmarks/results/knn.json --markdown benchmarks/results/knn.md
+	$(PYTHON) -m benchmarks.knn --out benchmarks/results/knn.json --markdown benchmarks/results/knn.md
+
+# the Sphinx site in docs/_build/html (warnings are errors); needs the docs extra
+.PHONY: docs
+docs: install-core
+	$(PYTHON) -m pip install -q -e ".[docs]"
+	$(PYTHON) -m sphinx -W -b html docs docs/_build/html

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
-"""Counting-engine benchmark (seed 002): bitmaps / bit-slices / histogram, NB, C4.5, itemsets.
+"""Counting-engine benchmark: bitmaps / bit-slices / histogram, NB, C4.5, itemsets.
 
-One command runs every experiment of issue 6 and writes JSON (``--out``) plus a short table:
+One command runs every experiment below and writes JSON (``--out``) plus a short table:
 
 * ``cooc_rows``     co-occurrence counts of all 256 patterns of two 16-level columns vs rows
-                    (seed figs 4.1-4.3): per-pattern launches vs one batched launch vs one contingency
+                    (the GPU counting paper's figs 4.1-4.3): per-pattern launches vs one batched launch vs one contingency
                     pass, bitmap vs bit-slice, torch vs Triton, the histogram on codes, and NumPy
                     ("Standard-CPU": np.bincount on the row-wise codes).
 * ``cooc_patterns`` the same at a fixed row count vs the number of patterns (fig 4.4).
@@ -23,7 +23,8 @@ One command runs every experiment of issue 6 and writes JSON (``--out``) plus a 
                     with the sdist / wheels saved in ``.whl/``). ``speedup_vs_pyfim``: pyfim's fastest
                     algorithm's time over gpumine's.
 
-Usage: ``python benchmarks/counting.py --out benchmarks/results/counting.json [--device cuda] [--quick]``.
+Usage, from the repository root: ``python -m benchmarks.counting --out benchmarks/results/counting.json
+[--device cuda] [--quick]`` (or ``python benchmarks/counting.py ...``).
 Sections can be chosen with ``--only``. Real data is looked up in ``--data`` / ``$GPUMINE_DATA_DIR`` /
 ``shared/data`` beside the checkout; sections whose data is missing say so in the JSON.
 """
@@ -42,10 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
-try:
-    import gpumine  # noqa: F401
-except ModuleNotFoundError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+if not __package__:  # run as a script (python benchmarks/counting.py): the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchmarks  # noqa: E402,F401  (gpumine from src/ when it is not installed)
 
 import torch  # noqa: E402
 
@@ -63,7 +63,7 @@ from gpumine.config import resolve_device, triton_available  # noqa: E402
 
 # USCensus1990 (UCI "US Census Data (1990)", 68 categorical attributes): number of levels per attribute
 # as used by the generator when the real file is absent. The 99-row sample in shared/data only gives lower
-# bounds; these follow the issue's "cardinalities 2-17" and the sample's observed maxima.
+# bounds; these follow the target of "cardinalities 2-17" and the sample's observed maxima.
 CENSUS_ROWS = 2_458_285
 
 
@@ -225,7 +225,7 @@ def bench_cooc(device, rows_list, card_pairs, quick):
                 row["times_s"][f"{tag}_contingency"] = t
                 assert np.array_equal(c.cpu().numpy(), ref)
                 if card * card <= 256 and not (quick and n > 1e6):
-                    # non-batched: one launch per pattern (the seed's baseline)
+                    # non-batched: one launch per pattern (the paper's baseline)
                     def one_by_one():
                         return [pattern_counts(store, pats[i:i + 1], backend=be) for i in range(len(pats))]
 
@@ -408,7 +408,7 @@ def bench_tree(device, ddir, quick, peers):
 def bench_itemsets(device, quick, peers, sizes=None, target=10_000):
     """Frequent itemsets: gpumine vs pyfim (eclat, fpgrowth, apriori) and mlxtend (apriori, fpgrowth) on one host.
 
-    The support is the highest of a few that gives at least ``target`` itemsets (the issue's
+    The support is the highest of a few that gives at least ``target`` itemsets (the
     comparison point; ``target_reached`` says whether one did). Every peer's itemsets and supports
     are checked against gpumine's. pyfim (``import fim``) is optional: without it its rows are
     skipped with the reason in ``pyfim`` and a printed note. ``sizes``: (transactions, items).
@@ -480,7 +480,7 @@ def bench_itemsets(device, quick, peers, sizes=None, target=10_000):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="benchmarks/counting.py", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.counting" if __package__ else "benchmarks/counting.py", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--device", default="auto")
     p.add_argument("--data", default=None, help="shared data folder (default: $GPUMINE_DATA_DIR or shared/data)")
@@ -492,7 +492,7 @@ def main(argv=None):
     ddir = data_dir(args.data)
     sections = [s.strip() for s in args.only.split(",") if s.strip()]
     result = {
-        "benchmark": "counting (seed 002)",
+        "benchmark": "counting",
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__,
         "cpu_count": os.cpu_count(),

@@ -16,6 +16,7 @@ import glob
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -23,7 +24,11 @@ import numpy as np
 import torch
 from sklearn.neighbors import NearestNeighbors
 
-from gpumine.neighbors import kneighbors
+if not __package__:  # run as a script (python benchmarks/cpu_knn.py): the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchmarks  # noqa: E402,F401  (gpumine from src/ when it is not installed)
+
+from gpumine.neighbors import kneighbors  # noqa: E402
 
 
 def _default_data_dir() -> str:

@@ -12,14 +12,20 @@ the same calls with graphs off, and a ``torch.profiler`` summary of one eager ca
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from gpumine.data import atomic_open
-from gpumine.neighbors import kneighbors
-from gpumine.neighbors.engine import _graphs
+if not __package__:  # run as a script (python benchmarks/knn_small_profile.py): the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchmarks  # noqa: E402,F401  (gpumine from src/ when it is not installed)
+
+from gpumine.data import atomic_open  # noqa: E402
+from gpumine.neighbors import kneighbors  # noqa: E402
+from gpumine.neighbors.engine import _graphs  # noqa: E402
 
 
 def _plain_torch(X: torch.Tensor, k: int) -> torch.Tensor:

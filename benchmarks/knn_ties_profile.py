@@ -10,13 +10,19 @@ topk, float32) in the same run. Usage (on a GPU machine):
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from gpumine.core.distance import get_metric
-from gpumine.neighbors.engine._search import knn_search
+if not __package__:  # run as a script (python benchmarks/knn_ties_profile.py): the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchmarks  # noqa: E402,F401  (gpumine from src/ when it is not installed)
+
+from gpumine.core.distance import get_metric  # noqa: E402
+from gpumine.neighbors.engine import knn_search  # noqa: E402
 
 
 def _plain_torch(X: torch.Tensor, k: int) -> torch.Tensor:

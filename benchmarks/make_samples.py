@@ -21,7 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from gpumine.data import atomic_open, find_data_dir
+if not __package__:  # run as a script (python benchmarks/make_samples.py): the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchmarks  # noqa: E402,F401  (gpumine from src/ when it is not installed)
+
+from gpumine.data import atomic_open, find_data_dir  # noqa: E402
 
 SEED = 20_240_601
 COVTYPE_SAMPLE_ROWS = 6_000

@@ -4,6 +4,7 @@ import contextlib
 import importlib.util
 import json
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpumine.bench import knn as bench_knn
+from benchmarks import knn as bench_knn
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED_FIELDS = {"experiment", "n_ref", "n_query", "d", "k", "impl", "seconds", "recall", "ratio_vs_torch", "note"}
@@ -184,3 +185,10 @@ def test_script_help_runs(monkeypatch, capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "benchmarks/knn.py" in out and "--max-seconds" in out and "--quick" in out
+
+
+def test_module_help_runs_from_the_repository_root():
+    out = subprocess.run([sys.executable, "-m", "benchmarks.knn", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "python -m benchmarks.knn" in out.stdout and "--max-seconds" in out.stdout

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpumine import cli
-from gpumine.bench import realdata
+from benchmarks import realdata
 
 CASES = set(realdata.CASES)
 
@@ -50,10 +49,10 @@ def sweep(tmp_path_factory):
     data = folder / "adbench"
     _write_sets(data)
     out, md, png = folder / "res.json", folder / "table.md", folder / "ratios.png"
-    argv = ["bench", "realdata", "--data", str(data), "--device", "cpu", "--repeats", "1", "--cpu-max-rows", "120",
+    argv = ["--data", str(data), "--device", "cpu", "--repeats", "1", "--cpu-max-rows", "120",
             "--sample", "50", "--out", str(out), "--markdown", str(md), "--plot", str(png)]
     with _one_thread():
-        rc = cli.main(argv)
+        rc = realdata.main(argv)
     return rc, folder, json.loads(out.read_text()), md.read_text()
 
 

@@ -114,6 +114,16 @@ def test_demo_classifies_the_shipped_sample(capsys):
     assert gpumine_line.split()[2] == sklearn_line.split()[2]  # same accuracy as scikit-learn
 
 
+@pytest.mark.parametrize("argv", [["bench"], ["bench", "--help"], ["bench", "knn", "--quick"]])
+def test_bench_points_to_the_benchmarks_folder(argv, capsys):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("gpumine bench: error: benchmarks live in the repository's benchmarks/ folder: "
+                                   "python -m benchmarks.<suite> from a source checkout")
+    assert "bench" not in build_parser()._subparsers._group_actions[0].choices
+
+
 def test_command_table_matches_what_each_module_registers():
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices

@@ -110,11 +110,10 @@ def test_output_without_test_is_a_usage_error(files, command, capsys):
     _one_clear_line(capsys, "pass --test FILE")
 
 
-def test_version_and_bench_help_exit_0(capsys):
+def test_version_exits_0(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["--version"])
     assert stop.value.code == 0 and capsys.readouterr().out.startswith("gpumine ")
-    assert main(["bench", "--help"]) == 0 and "realdata" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("command", [["knn", "{d}/x.csv"], ["lof", "{d}/x.csv"], ["outliers", "{d}/x.csv"],

@@ -2,7 +2,8 @@
 
 core (algorithm-free primitives and kernels) <- neighbors <- outliers <- stream; counting stands
 alone beside them; data (readers, writers, datasets) knows no kernels and no algorithm; the command
-line modules sit on top and no library module imports them.
+line modules sit on top and no library module imports them. The benchmark suites (``benchmarks/``
+at the repository root) are not part of the package, and nothing in it imports them.
 """
 
 import ast
@@ -57,12 +58,12 @@ def _within(module: str, package: str) -> bool:
 
 # (who, must not import, why)
 CONTRACTS = [
-    ("gpumine.core", ["gpumine.neighbors", "gpumine.outliers", "gpumine.stream", "gpumine.counting", "gpumine.data",
-                      "gpumine.bench"], "core holds algorithm-free primitives"),
+    ("gpumine.core", ["gpumine.neighbors", "gpumine.outliers", "gpumine.stream", "gpumine.counting", "gpumine.data"],
+     "core holds algorithm-free primitives"),
     ("gpumine.counting", ["gpumine.neighbors", "gpumine.outliers", "gpumine.stream"], "counting does not use kNN"),
-    ("gpumine.neighbors", ["gpumine.outliers", "gpumine.stream", "gpumine.counting", "gpumine.bench"],
+    ("gpumine.neighbors", ["gpumine.outliers", "gpumine.stream", "gpumine.counting"],
      "the kNN engine knows no algorithm built on it"),
-    ("gpumine.outliers", ["gpumine.stream", "gpumine.counting", "gpumine.bench"], "outliers sit below streams"),
+    ("gpumine.outliers", ["gpumine.stream", "gpumine.counting"], "outliers sit below streams"),
     ("gpumine.data", ["gpumine.counting", "gpumine.neighbors", "gpumine.outliers",
                       "gpumine.stream"], "io knows no kernels and no algorithm"),
 ]
@@ -88,6 +89,34 @@ def test_the_library_never_imports_the_command_line():
     broken = sorted(f"{module} imports {imp}" for module, imports in EDGES.items() if not _is_cli(module)
                     for imp in imports if _is_cli(imp) and imp in MODULES)
     assert not broken, "; ".join(broken)
+
+
+def _imports_benchmarks(path: Path) -> list[str]:
+    """Where ``path`` imports the repository's ``benchmarks`` (an import statement, or its name in a string, as
+    ``importlib.import_module("benchmarks.knn")`` would)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:  # a relative import stays inside gpumine
+            names.append(node.module or "")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.append(node.value)
+    return [name for name in names if _within(name, "benchmarks")]
+
+
+def test_the_package_never_imports_the_benchmarks():
+    assert not (PACKAGE / "bench").exists(), "the benchmark suites live in benchmarks/ at the repository root"
+    broken = sorted(f"{module} imports {imp}" for module, path in MODULES.items() for imp in _imports_benchmarks(path))
+    assert not broken, "benchmarks/ is not installed with gpumine: " + "; ".join(broken)
+
+
+def test_the_benchmarks_check_sees_violations(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("import importlib\nimportlib.import_module('benchmarks.knn')\n")
+    assert _imports_benchmarks(module) == ["benchmarks.knn"]
+    module.write_text("from benchmarks import _common\nimport numpy\n")
+    assert "benchmarks" in _imports_benchmarks(module)
 
 
 def test_the_contract_checker_sees_violations():

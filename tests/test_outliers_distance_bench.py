@@ -9,7 +9,7 @@ import joblib
 import numpy as np
 import pytest
 
-from gpumine.bench import outliers as bench
+from benchmarks import outliers as bench
 
 FIELDS = {"dataset", "n", "d", "k", "impl", "seconds", "iterations", "solving_set", "fraction", "top_indices",
           "top_weights", "match_bf", "match_reference", "note"}
@@ -56,7 +56,7 @@ def test_quick_run_markdown(quick_run):
     assert text == bench.render_markdown(results)
     assert "| data | n | d | k | SolvingSet |" in text
     assert "BF ✓" in text and "ref ✓" in text
-    assert "Targets (issue 4):" in text and "SolvingSet top-n == BruteForce top-n on" in text
+    assert "Targets:" in text and "SolvingSet top-n == BruteForce top-n on" in text
     assert "| data | n | k | m = 16 | m = 200 |" in text
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumine.bench import stream as bench_stream
+from benchmarks import stream as bench_stream
 from helpers import shared_data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ def test_quick_run_reports_auc_for_every_method_on_the_drifting_stream(quick_run
         assert rows and (all("skipped" in r["note"] for r in rows) or any(r["method"] for r in rows))
 
 
-def test_wrapper_script_help():
+def test_script_help():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "stream.py"), "--help"], capture_output=True, text=True,
                          env={"PYTHONPATH": str(ROOT / "src"), "PATH": ""}, timeout=120)
     assert out.returncode == 0 and "--data-dir" in out.stdout

@@ -1,4 +1,4 @@
-"""The ``gpumine`` command line: knn, outliers, lof, stream, nb, tree, itemsets, info, demo, bench.
+"""The ``gpumine`` command line: knn, outliers, lof, stream, nb, tree, itemsets, info, demo.
 
 Exit codes: 0 success; 2 bad usage or bad input, with a one-line reason on stderr.
 Result files are written to a temporary name and renamed, so a failed run never
@@ -352,14 +352,6 @@ def _run_demo(args) -> int:
     return 0
 
 
-# -- bench -----------------------------------------------------------------------------
-def _add_bench(sub) -> None:
-    p = sub.add_parser("bench", help="run a benchmark suite side by side with peers", add_help=False)
-    p.add_argument("suite", choices=["knn", "outliers", "stream", "realdata"], help="which benchmark")
-    p.add_argument("rest", nargs=argparse.REMAINDER, help="options of the suite (see gpumine bench knn --help)")
-    p.set_defaults(func=_run_bench)
-
-
 def _gpumine_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -369,27 +361,10 @@ def _gpumine_version() -> str:
         return "unknown (not installed)"
 
 
-_BENCH_HELP = """usage: gpumine bench SUITE [options]
-
-Run a benchmark suite side by side with its peers and write JSON/markdown results.
-
-suites:
-  knn        kNN search against plain PyTorch, FAISS, scikit-learn
-  outliers   distance-based outliers (SolvingSet, brute force) against PyOD and scikit-learn
-  stream     streaming LOF throughput and scores
-  realdata   every ADBench set: all-kNN, LOF, top-10 outliers, exactness against float64
-
-gpumine bench SUITE --help lists a suite's options.
-"""
-
-
-def _run_bench(args) -> int:
-    module = importlib.import_module(f"gpumine.bench.{args.suite}")
-    return int(module.main(args.rest, prog=f"gpumine bench {args.suite}") or 0)
-
-
 # -- entry point -------------------------------------------------------------------------
-_BUILTIN_COMMANDS = ("knn", "info", "demo", "bench")
+_BENCH_MOVED = ("gpumine bench: error: benchmarks live in the repository's benchmarks/ folder: "
+                "python -m benchmarks.<suite> from a source checkout (knn, outliers, stream, realdata, counting)")
+_BUILTIN_COMMANDS = ("knn", "info", "demo")
 # Which module registers which command, so that a run imports only its own command's module:
 # importing them all costs pandas (counting) and the kNN engine with Triton (outliers) before
 # `gpumine stream` can start reading. tests/test_cli.py checks this table against register().
@@ -415,7 +390,6 @@ def _build_parser(modules):
     _add_knn(sub)
     _add_info(sub)
     _add_demo(sub)
-    _add_bench(sub)
     for module in modules:
         try:
             commands = importlib.import_module(module)
@@ -447,9 +421,9 @@ def _parser_for(argv: list[str]) -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Run the command line; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["bench"] and (len(argv) == 1 or argv[1] in ("-h", "--help")):
-        print(_BENCH_HELP, end="", file=sys.stdout if len(argv) > 1 else sys.stderr)
-        return 0 if len(argv) > 1 else 2
+    if argv[:1] == ["bench"]:  # the former `gpumine bench SUITE`: the suites are not in the package
+        print(_BENCH_MOVED, file=sys.stderr)
+        return 2
     parser = _parser_for(argv)
     args = parser.parse_args(argv)
     try:

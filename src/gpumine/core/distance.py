@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["METRICS", "PRECISIONS", "Metric", "get_metric", "pairwise_distances", "check_precision"]
+__all__ = ["METRICS", "PRECISIONS", "Metric", "get_metric", "is_engine_metric", "pairwise_distances", "check_precision"]
 
 # Up to this many features, exact scores add the per-feature terms one feature at a time
 # (see Metric.exact_scores_by_feature); above, cosine and inner product take one contiguous
@@ -384,6 +384,17 @@ class Metric:
         else:
             return torch.zeros((), dtype=rows.dtype, device=rows.device)
         return values.amax() if values.numel() else torch.zeros((), dtype=rows.dtype, device=rows.device)
+
+
+def is_engine_metric(metric) -> bool:
+    """Whether ``metric`` names one of :data:`METRICS` (or an alias :func:`get_metric` accepts).
+
+    Examples
+    --------
+    >>> is_engine_metric("L2"), is_engine_metric("seuclidean")
+    (True, False)
+    """
+    return isinstance(metric, str) and metric.lower() in _ALIASES
 
 
 def get_metric(metric: str = "euclidean", p: float | None = None) -> Metric:

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from .._cli_args import add_deprecated_alias, add_device_options, add_table_options
+from .._cli_args import add_deprecated_alias, add_device_options, add_table_options, positive_int
 
 __all__ = ["register"]
 
@@ -114,6 +114,13 @@ def register(subparsers) -> None:
     p.add_argument("--handle-unknown", default="error", choices=["error", "missing"],
                    help="a test category unseen in training: fail (default) or treat it as missing")
     p.add_argument("--no-tree", action="store_true", help="do not print the tree")
+    cluster = p.add_mutually_exclusive_group()  # --scheduler ADDRESS or --workers N, not both
+    cluster.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                         help="fit on this Dask cluster (e.g. tcp://host:8786; needs gpumine[dask]): the rows are "
+                              "split over its workers, the tree is the same")
+    cluster.add_argument("--workers", type=positive_int, default=None, metavar="N",
+                         help="as --scheduler, on a local Dask cluster of N workers started for this run (one per "
+                              "GPU when there are GPUs; needs gpumine[dask]); not with --scheduler")
     p.set_defaults(func=_run_tree)
 
     p = subparsers.add_parser("itemsets", help="frequent itemsets (and association rules) on bitmaps",
@@ -281,12 +288,17 @@ def _run_tree(args):
     _too_many_values(Xtr, [Xtr.columns[j] for j in nominal], MAX_NOMINAL_VALUES, "values a nominal split may have",
                      "drop the column from the CSV (an identifier?)" +
                      ("" if cat == "auto" else " or leave it out of --categorical if it is numeric"))
-    model = C45Classifier(min_samples_leaf=args.min_samples_leaf, confidence=args.confidence, max_depth=args.max_depth,
-                          prune=not args.unpruned, categorical_features=cf, handle_unknown=args.handle_unknown,
-                          representation=args.representation, device=args.device, backend=args.backend)
-    t = time.perf_counter()
-    model.fit(Xtr, ytr)
-    fit_s = time.perf_counter() - t
+    params = dict(min_samples_leaf=args.min_samples_leaf, confidence=args.confidence, max_depth=args.max_depth,
+                  prune=not args.unpruned, categorical_features=cf, handle_unknown=args.handle_unknown,
+                  representation=args.representation, device=args.device, backend=args.backend)
+    scheduler, workers = getattr(args, "scheduler", None), getattr(args, "workers", None)
+    if scheduler is None and workers is None:
+        model = C45Classifier(**params)
+        t = time.perf_counter()
+        model.fit(Xtr, ytr)
+        fit_s = time.perf_counter() - t
+    else:
+        model, fit_s = _fit_tree_on_dask(params, Xtr, ytr, scheduler, workers)
     if not args.no_tree:
         print(model.export_text())
     print(f"leaves: {model.n_leaves_}, nodes: {model.n_nodes_}, depth: {model.depth_}")
@@ -294,6 +306,34 @@ def _run_tree(args):
         _check_tree_categories(model, test[0])
     _report("tree", model, test, args, fit_s)
     return 0
+
+
+def _fit_tree_on_dask(params, Xtr, ytr, scheduler, workers):
+    """``gpumine tree --scheduler ADDRESS`` / ``--workers N``: the tree fitted on a Dask cluster (the same tree);
+    returns the fitted model (its tree, for printing and predicting here) and the seconds of the fit."""
+    import contextlib
+    import time
+
+    flag = "--scheduler" if workers is None else "--workers"
+    try:
+        from distributed import Client
+    except ImportError:
+        raise _UsageError(f"{flag} needs Dask: pip install 'gpumine[dask]'") from None
+    from ..distributed import C45Classifier as DaskC45Classifier
+
+    with contextlib.ExitStack() as stack:
+        if workers is not None:
+            from ..distributed import local_cluster
+
+            client = stack.enter_context(Client(stack.enter_context(local_cluster(workers))))
+        else:
+            client = stack.enter_context(Client(scheduler))
+        model = DaskC45Classifier(**params, client=client)
+        t = time.perf_counter()
+        model.fit(Xtr, ytr)
+        fit_s = time.perf_counter() - t
+    model.client = None  # the cluster is gone: the model predicts here
+    return model, fit_s
 
 
 def _check_tree_categories(model, Xte):

@@ -9,9 +9,8 @@ from .._validation import all_finite, check_array, check_n_neighbors, non_finite
 from ..config import resolve_device, working_memory_bytes
 from ..core.distance import check_precision, get_metric
 from ..core.tiles import fits_on_device, same_device
-from .engine import choose_backend, knn_search
-from .engine import search_with_graph
-from .engine import smallest_nonzero_magnitude
+from ._metrics_extra import EXTRA_METRICS, check_backend, extra_kneighbors, is_extra_metric, make_extra_form
+from .engine import choose_backend, knn_search, search_with_graph, smallest_nonzero_magnitude
 
 __all__ = ["kneighbors", "tune_knn"]
 
@@ -62,8 +61,9 @@ def kneighbors(
     X_query=None,
     k: int = 5,
     *,
-    metric: str = "euclidean",
+    metric="euclidean",
     p: float | None = None,
+    metric_params: dict | None = None,
     device=None,
     backend=None,
     working_memory=None,
@@ -85,12 +85,23 @@ def kneighbors(
     k : int
         Neighbours per query, ``1 <= k <= n_ref`` (``n_ref - 1`` when
         ``X_query`` is None).
-    metric : str
-        ``"euclidean"`` (default), ``"sqeuclidean"``, ``"manhattan"``,
-        ``"chebyshev"``, ``"minkowski"`` (with ``p``), ``"cosine"`` or
-        ``"inner_product"``.
+    metric : str or callable
+        The engine's metrics: ``"euclidean"`` (default), ``"sqeuclidean"``,
+        ``"manhattan"``, ``"chebyshev"``, ``"minkowski"`` (with ``p``),
+        ``"cosine"`` or ``"inner_product"``. scikit-learn's others, searched by
+        an exact float64 brute force (see :mod:`gpumine.neighbors._metrics_extra`):
+        ``"seuclidean"``, ``"mahalanobis"``, ``"haversine"``, ``"correlation"``,
+        ``"canberra"``, ``"braycurtis"``, ``"hamming"``, ``"nan_euclidean"``
+        (NaN marks missing values), the boolean ``"jaccard"``, ``"dice"``,
+        ``"rogerstanimoto"``, ``"russellrao"``, ``"sokalsneath"``, ``"yule"``,
+        a callable ``metric(a, b) -> float`` on 1-D NumPy rows (called for every
+        pair, on the host) or a :class:`sklearn.metrics.DistanceMetric`.
     p : float, optional
         Power for ``metric="minkowski"`` (default 2).
+    metric_params : dict, optional
+        ``{"V": variances}`` for ``"seuclidean"``; ``{"VI": inverse
+        covariance}`` or ``{"V": covariance}`` for ``"mahalanobis"``; keyword
+        arguments of a callable metric. Other metrics take none.
     device : {"auto", "cpu", "cuda", "cuda:N"} or None
         Where to compute (``None``: the configured default, see :mod:`gpumine.config`).
     backend : {"auto", "torch", "triton"} or None
@@ -143,6 +154,12 @@ def kneighbors(
     array([1, 3, 1, 1])
     """
     dev = resolve_device(device)
+    if is_extra_metric(metric):
+        return _extra_search(X_ref, X_query, k, metric, metric_params, dev, backend, working_memory,
+                             return_distance, precision)
+    if metric_params:
+        raise ValueError(f"metric_params {sorted(metric_params)} apply to the metrics {', '.join(EXTRA_METRICS)} and "
+                         f"callables; metric={metric!r} takes p only")
     on_gpu = dev.type == "cuda"  # NaN and infinity are then looked for on the device
     ref = check_array(X_ref, name="X_ref", allow_nan=on_gpu)
     exclude_self = X_query is None
@@ -177,6 +194,37 @@ def kneighbors(
     if not return_distance:
         return index_out
     return to_output(scores, kind), index_out
+
+
+def _extra_search(X_ref, X_query, k, metric, metric_params, dev, backend, working_memory, return_distance, precision):
+    """``kneighbors`` for the metrics of :mod:`gpumine.neighbors._metrics_extra`: exact float64 brute force."""
+    check_backend(backend, metric)
+    allow_nan = metric == "nan_euclidean"
+    ref = check_array(X_ref, name="X_ref", allow_nan=allow_nan)
+    exclude_self = X_query is None
+    if exclude_self:
+        query, kind = ref, output_kind(X_ref)
+    else:
+        query = check_array(X_query, name="X_query", allow_empty=True, allow_nan=allow_nan)
+        kind = output_kind(X_query)
+        if query.shape[1] != ref.shape[1]:
+            raise ValueError(f"X_query has {query.shape[1]} features but X_ref has {ref.shape[1]}; "
+                             "queries need the same columns as the reference set")
+    for name, tensor in (("X_ref", ref), ("X_query", query)):
+        if tensor.numel() and bool(torch.isinf(tensor).any()):
+            raise ValueError(f"{name} contains infinity; pass finite values (NaN marks a missing value for "
+                             "metric='nan_euclidean' only)")
+    dtype = _common_dtype(ref, query)
+    ref, query = ref.to(dtype), query.to(dtype)
+    k = check_n_neighbors(k, ref.shape[0], name="k", excluding_self=exclude_self)
+    check_precision(precision)  # the brute force is exact float64 whatever the precision asked for
+    budget = working_memory_bytes(working_memory, dev)
+    form = make_extra_form(metric, metric_params, ref.shape[1], budget_bytes=budget)
+    dist, index = extra_kneighbors(ref, query, k, form, exclude_self=exclude_self, device=dev, budget_bytes=budget)
+    index_out = to_output(index, kind)
+    if not return_distance:
+        return index_out
+    return to_output(dist, kind), index_out
 
 
 def _search(ref, query, k, metric_obj, exclude_self, dev, budget_bytes, result_device, verbose, backend, precision):

@@ -14,9 +14,13 @@ Beyond the engine's metrics they take what scikit-learn users reach for:
 n_samples_fit) distances to query, or a sparse precomputed graph whose stored
 entries are the only candidates), minkowski with ``0 < p < 1`` or weights
 ``metric_params={"w": ...}`` (exact float64 brute force, see
-:mod:`gpumine.neighbors._precomputed`), scipy.sparse input (densified: the
-training set whole, queries in blocks of ``working_memory``; see
-:mod:`gpumine.neighbors._sparse`) and 2-D ``y`` (several outputs).
+:mod:`gpumine.neighbors._precomputed`), scikit-learn's other metrics
+(seuclidean, mahalanobis, haversine, correlation, canberra, braycurtis,
+hamming, nan_euclidean, the boolean ones, callables and DistanceMetric
+objects; exact float64 brute force, see :mod:`gpumine.neighbors._metrics_extra`),
+scipy.sparse input (densified: the training set whole, queries in blocks of
+``working_memory``; see :mod:`gpumine.neighbors._sparse`) and 2-D ``y``
+(several outputs).
 """
 
 from __future__ import annotations
@@ -34,15 +38,16 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._validation import check_array, check_labels, check_n_features, check_n_neighbors, output_kind, to_output
 from ..config import resolve_backend, resolve_device, working_memory_bytes
-from ..core.distance import check_precision, get_metric
+from ..core.distance import METRICS, check_precision, get_metric, is_engine_metric
 from ..core.tiles import fits_on_device
-from .engine import choose_backend, knn_search
-from .engine import search_with_graph
+from .engine import choose_backend, knn_search, search_with_graph
 from ._neighbor_graphs import csr_to_lists
 from ._radius import radius_search
 from .._device_state import HostPickleMixin
 from ._precomputed import (MinkowskiForm, blocked_kneighbors, blocked_radius, check_precomputed,
                            check_precomputed_query, graph_kneighbors, graph_radius)
+from ._metrics_extra import (EXTRA_METRICS, check_backend, check_extra_params, check_tree_algorithm, is_extra_metric,
+                             make_extra_form, metric_label, warn_boolean_conversion)
 from ._sparse import densify, iter_dense_blocks
 
 try:  # keeps feature-name checks identical to scikit-learn's own estimators
@@ -50,6 +55,16 @@ try:  # keeps feature-name checks identical to scikit-learn's own estimators
 except ImportError:  # pragma: no cover - very old scikit-learn
     def _check_feature_names(estimator, X, *, reset):
         return None
+
+try:  # scikit-learn's own type checks (``isinstance(est, KNeighborsMixin)``) then know these estimators
+    from sklearn.neighbors._base import KNeighborsMixin as SklearnKNeighborsMixin
+    from sklearn.neighbors._base import RadiusNeighborsMixin as SklearnRadiusNeighborsMixin
+except ImportError:  # pragma: no cover - a scikit-learn that moved them: only those checks are lost
+    class SklearnKNeighborsMixin:
+        pass
+
+    class SklearnRadiusNeighborsMixin:
+        pass
 
 __all__ = ["NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor"]
 
@@ -68,6 +83,13 @@ def _check_weights(w, n_features: int) -> np.ndarray:
     if (w < 0).any():
         raise ValueError("w cannot contain negative weights")
     return w
+
+
+def _reject_infinity(X: torch.Tensor, name: str) -> None:
+    """Infinity has no distance under the metrics of ``_metrics_extra`` (NaN is checked, or allowed, before)."""
+    if X.numel() and bool(torch.isinf(X).any()):
+        raise ValueError(f"{name} contains infinity; pass finite values (NaN marks a missing value for "
+                         "metric='nan_euclidean' only)")
 
 
 def _fitted_data(X):
@@ -149,14 +171,28 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
             if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)) or not 0 < float(p) <= math.inf:
                 raise ValueError(f"metric_params['p'] must be a float in the range (0.0, inf]; got {p!r}")
         metric = self.metric
+        extended = self._extended_input
+        if is_extra_metric(metric):
+            label = metric_label(metric)
+            if not extended:
+                raise ValueError(f"metric={label!r} is not supported by {name}; use one of the kNN engine's metrics "
+                                 "(euclidean, sqeuclidean, manhattan, chebyshev, minkowski, cosine)")
+            check_tree_algorithm(metric, self.algorithm)
+            check_backend(self.backend, metric)
+            self._extra_params = check_extra_params(metric, params)
+            self._mode, self._metric, self._form = "extra", None, None
+            self.effective_metric_, self.effective_metric_params_ = metric, dict(params)
+            return None
+        if not isinstance(metric, str) or (metric != "precomputed" and not is_engine_metric(metric)):
+            raise ValueError(f"Unknown metric {metric!r}; use one of {', '.join(METRICS)}, {', '.join(EXTRA_METRICS)}, "
+                             "'precomputed', a callable metric(a, b) -> float or a sklearn.metrics.DistanceMetric")
         w = params.pop("w", None) if metric == "minkowski" else None
         if params:
             raise ValueError(
                 f"metric_params {sorted(params)} are not supported with metric={metric!r}: gpumine takes 'p' and, for "
-                "metric='minkowski', the weights 'w'. Remove them, or transform the features yourself (seuclidean "
-                "with V: X / np.sqrt(V) and metric='euclidean'; mahalanobis with VI: X @ np.linalg.cholesky(VI))"
+                "metric='minkowski', the weights 'w'. Variances V: use metric='seuclidean' (the same neighbours as "
+                "X / np.sqrt(V) with metric='euclidean'); an inverse covariance VI: metric='mahalanobis'"
             )
-        extended = self._extended_input
         if metric == "precomputed":
             if not extended:
                 raise ValueError(f"metric='precomputed' is not supported by {name}; pass the feature matrix and a metric")
@@ -206,7 +242,10 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
         if self._mode == "precomputed":
             X_t = check_precomputed(X, name="X")
         else:
-            X_t = check_array(densify(X, "X") if sp.issparse(X) else X, name="X")
+            X_t = check_array(densify(X, "X") if sp.issparse(X) else X, name="X", allow_nan=self._allows_nan())
+            if self._mode == "extra":
+                _reject_infinity(X_t, "X")
+                warn_boolean_conversion(self.metric, X)
         if self._mode == "engine":
             check_precision(getattr(self, "precision", "exact"), X_t.dtype)
         else:
@@ -214,6 +253,9 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
         if self._mode == "minkowski":
             self._form = MinkowskiForm(self.effective_metric_params_["p"],
                                        None if w is None else _check_weights(w, X_t.shape[1]))
+        elif self._mode == "extra":
+            self._form = make_extra_form(self.metric, self._extra_params, X_t.shape[1],
+                                         budget_bytes=working_memory_bytes(self.working_memory, self.device_))
         n_neighbors = getattr(self, "n_neighbors", None)  # radius estimators have none
         if isinstance(n_neighbors, (int, np.integer)) and not isinstance(n_neighbors, bool):
             if n_neighbors < 1:
@@ -261,9 +303,16 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
             if X.shape[0] == 0 and not allow_empty:
                 raise ValueError(f"X is empty: found array with 0 sample(s) (shape {X.shape}); a minimum of 1 is required")
             return X.tocsr(), kind
-        query = check_array(X, name="X", dtype=self._fit_X.dtype, allow_empty=allow_empty)
+        query = check_array(X, name="X", dtype=self._fit_X.dtype, allow_empty=allow_empty, allow_nan=self._allows_nan())
         check_n_features(query, self.n_features_in_, type(self).__name__)
+        if self._mode == "extra":
+            _reject_infinity(query, "X")
+            warn_boolean_conversion(self.metric, X)
         return query, kind
+
+    def _allows_nan(self) -> bool:
+        """NaN marks missing features for metric='nan_euclidean'; every other metric rejects it."""
+        return self._mode == "extra" and isinstance(self.metric, str) and self.metric == "nan_euclidean"
 
     def _dense_blocks(self, query):
         """``(start, dense rows)`` of validated queries: one block, or blocks of a sparse matrix within the budget."""
@@ -271,7 +320,8 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
             yield 0, query
             return
         for start, block in iter_dense_blocks(query, self._budget()):
-            yield start, check_array(block, name="X", dtype=self._fit_X.dtype, allow_empty=True)
+            yield start, check_array(block, name="X", dtype=self._fit_X.dtype, allow_empty=True,
+                                     allow_nan=self._allows_nan())
 
     def _query(self, X, n_neighbors):
         """(distances, indices, output kind) for X (None: the training set, self excluded)."""
@@ -299,13 +349,13 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
 
     def _search_rows(self, query, n_neighbors, exclude_self):
         """The exact k nearest training points of dense query rows (``exclude_self``: query is the training set)."""
-        if self._mode == "minkowski":
+        if self._mode in ("minkowski", "extra"):  # exact float64 brute force (see _precomputed, _metrics_extra)
             ref = self._fit_X.to(self.device_)
             form = self._form
             dist, index = blocked_kneighbors(
                 query.shape[0], self.n_samples_fit_, n_neighbors,
                 lambda a, b: form.rdist(query[a:b].to(self.device_), ref), exclude_self=exclude_self,
-                budget_bytes=self._budget(), to_distance=form.to_distance)
+                budget_bytes=self._budget(), to_distance=form.to_distance, entry_bytes=getattr(form, "entry_bytes", 0))
             return dist.to(device=self.device_, dtype=self._fit_X.dtype), index.to(self.device_)
         backend = choose_backend(self.backend, self.device_, self._metric, self._fit_X.dtype, n_neighbors, self.n_samples_fit_)
         if self.device_.type == "cuda":
@@ -386,12 +436,12 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
             return indptr, indices, dist.astype(np.float64), kind
         pieces = []
         for _, rows in self._dense_blocks(query):
-            if self._mode == "minkowski":
+            if self._mode in ("minkowski", "extra"):
                 ref, form = self._fit_X.to(self.device_), self._form
                 pieces.append(blocked_radius(rows.shape[0], self.n_samples_fit_, radius,
                                              lambda a, b: form.rdist(rows[a:b].to(self.device_), ref),
                                              exclude_self=exclude_self, budget_bytes=budget,
-                                             to_distance=form.to_distance))
+                                             to_distance=form.to_distance, entry_bytes=getattr(form, "entry_bytes", 0)))
             else:
                 pieces.append(radius_search(self._fit_X, rows, radius, self._metric, exclude_self=exclude_self,
                                             device=self.device_, budget_bytes=budget))
@@ -437,7 +487,7 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
+        tags.input_tags.allow_nan = self._extended_input and isinstance(self.metric, str) and self.metric == "nan_euclidean"
         if self._extended_input:
             tags.input_tags.sparse = True
             tags.input_tags.pairwise = self.metric == "precomputed"
@@ -445,7 +495,9 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
         return tags
 
 
-class NearestNeighbors(_KNeighborsBase):
+# The scikit-learn mixins come last among the bases: every method they define is overridden by
+# _KNeighborsBase's, which precedes them in the method resolution order.
+class NearestNeighbors(_KNeighborsBase, SklearnKNeighborsMixin, SklearnRadiusNeighborsMixin):
     """Exact nearest-neighbour search on the GPU or CPU (drop-in for scikit-learn's).
 
     Parameters
@@ -457,21 +509,41 @@ class NearestNeighbors(_KNeighborsBase):
         method (the neighbours are the same whatever it chooses).
     leaf_size : int, default=30
         Accepted for compatibility; no effect.
-    metric : str, default="minkowski"
-        See :func:`gpumine.neighbors.kneighbors`; ``"minkowski"`` uses ``p``.
+    metric : str, callable or DistanceMetric, default="minkowski"
+        The kNN engine's metrics (tiles certified exact, on the GPU the fused
+        kernel): ``"euclidean"`` (``"l2"``), ``"sqeuclidean"``,
+        ``"manhattan"`` (``"cityblock"``, ``"l1"``), ``"chebyshev"``,
+        ``"minkowski"`` (with ``p``), ``"cosine"``, ``"inner_product"``.
+        scikit-learn's other metrics, each an exact float64 brute force on the
+        data's device (see :mod:`gpumine.neighbors._metrics_extra`):
+        ``"seuclidean"`` and ``"mahalanobis"`` (their ``metric_params``),
+        ``"haversine"`` (2 features: latitude, longitude in radians),
+        ``"correlation"``, ``"canberra"``, ``"braycurtis"``, ``"hamming"``,
+        ``"nan_euclidean"`` (NaN marks missing values, as scikit-learn's
+        ``nan_euclidean_distances``), the boolean ``"jaccard"``, ``"dice"``,
+        ``"rogerstanimoto"``, ``"russellrao"``, ``"sokalsneath"``, ``"yule"``
+        (on ``X != 0``, as scikit-learn converts the data), a callable
+        ``metric(a, b, **metric_params) -> float`` called on every pair of 1-D
+        rows on the host, or a :class:`sklearn.metrics.DistanceMetric`. With
+        ``algorithm="kd_tree"`` or ``"ball_tree"`` these raise where
+        scikit-learn's trees do (the search is brute force either way).
         ``"precomputed"``: ``fit`` takes a square (n, n) distance matrix (dense,
         or a sparse graph whose stored entries are the only candidates) and the
         queries their (n_queries, n) distances to the fitted points.
     p : float, default=2
         Minkowski power, ``0 < p <= inf`` (2: euclidean, 1: manhattan). Below 1
         (a semi-metric, with scikit-learn's warning) the search is an exact
-        float64 brute force.
+        float64 brute force. Ignored by the other metrics.
     metric_params : dict, optional
-        ``{"p": ...}`` (overrides ``p``, with scikit-learn's warning) and, for
+        ``{"p": ...}`` (overrides ``p``, with scikit-learn's warning); for
         ``metric="minkowski"``, weights ``{"w": array of n_features}``:
         ``(sum_j w_j |x_j - y_j| ** p) ** (1 / p)``, exact float64 brute
-        force. Other keys raise a ValueError that says how to transform the
-        features instead.
+        force; for ``"seuclidean"`` ``{"V": variances}`` (required, positive,
+        one per feature); for ``"mahalanobis"`` ``{"VI": inverse covariance}``
+        or ``{"V": covariance}`` (required, n_features square; one that is
+        not positive semi-definite warns: pairs with a negative form get NaN
+        distances, ranked last, as SciPy's); for a callable, its keyword
+        arguments. Other keys raise a ValueError naming them.
     n_jobs : int, optional
         Accepted for compatibility; no effect.
     device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
@@ -579,7 +651,7 @@ class _WeightedKNeighbors(_KNeighborsBase):
         self.weights = weights
 
 
-class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
+class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors, SklearnKNeighborsMixin):
     """k-nearest-neighbour classifier by (weighted) majority vote, exact on GPU or CPU.
 
     Parameters are those of :class:`NearestNeighbors` plus ``weights``
@@ -679,7 +751,7 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors):
         return tags
 
 
-class KNeighborsRegressor(RegressorMixin, _WeightedKNeighbors):
+class KNeighborsRegressor(RegressorMixin, _WeightedKNeighbors, SklearnKNeighborsMixin):
     """k-nearest-neighbour regression by the (weighted) mean of the neighbours' targets.
 
     Parameters are those of :class:`KNeighborsClassifier`. ``y`` may be 2-D for

@@ -14,6 +14,9 @@ its own metrics. Three inputs bypass it and come here, all exact:
   ranked by ``rdist`` and reported as ``rdist ** (1 / p)``. Brute force:
   O(queries x references x features).
 
+scikit-learn's other metrics (:mod:`gpumine.neighbors._metrics_extra`) score
+their blocks there and select them here, with the same tie rule.
+
 Blocks of query rows are sized to ``budget_bytes``. Training-set queries
 (``X=None``) exclude each point's own column, not its duplicates (zeros
 elsewhere in its row), the rule of the kNN engine. On a sparse graph this
@@ -148,11 +151,24 @@ def select_smallest(block: torch.Tensor, k: int, own: torch.Tensor | None = None
 
     ``own``: for each row, a column that is not a candidate (the point itself).
     Exact: the k-th value is found by ``topk``; every smaller entry is kept and
-    the entries equal to it are taken by ascending column.
+    the entries equal to it are taken by ascending column. NaN entries (an
+    undefined distance, e.g. correlation of a constant row) rank after every
+    number, by column among themselves, as NumPy's sort places NaN; they are
+    returned as NaN.
     """
     b, n = block.shape
     if b == 0:
         return block.new_zeros((0, k)), torch.zeros((0, k), dtype=torch.int64, device=block.device)
+    nan = torch.isnan(block)
+    if bool(nan.any()):
+        # rare (undefined distances): a full stable sort by value, then by tier (numbers, NaN, the point itself)
+        tier = nan.to(torch.int8)
+        if own is not None:
+            tier[torch.arange(b, device=block.device), own] = 2
+        order = torch.sort(block.masked_fill(nan, math.inf), dim=1, stable=True).indices
+        order = order.gather(1, torch.sort(tier.gather(1, order), dim=1, stable=True).indices)
+        cols = order[:, :k]
+        return block.gather(1, cols), cols
     valid = None
     if own is not None:
         valid = torch.ones_like(block, dtype=torch.bool)
@@ -172,12 +188,13 @@ def select_smallest(block: torch.Tensor, k: int, own: torch.Tensor | None = None
 
 
 def blocked_kneighbors(n_query: int, n_ref: int, k: int, block_fn, *, exclude_self: bool, budget_bytes: int,
-                       to_distance=None):
+                       to_distance=None, entry_bytes: int = 0):
     """k nearest of each query from ``block_fn(start, stop)`` (the (rows, n_ref) ranking values).
 
     Returns ``(values, indices)`` tensors; ``to_distance`` maps the ranked values to the reported ones.
+    ``entry_bytes``: bytes ``block_fn`` itself holds per (query, reference) entry, beyond the selection's.
     """
-    rows = _block_rows(n_ref, budget_bytes, 8 + 8 + 8 + 3)
+    rows = _block_rows(n_ref, budget_bytes, 8 + 8 + 8 + 3 + entry_bytes)
     dists, indices = [], []
     for start in range(0, n_query, rows):
         stop = min(n_query, start + rows)
@@ -192,13 +209,14 @@ def blocked_kneighbors(n_query: int, n_ref: int, k: int, block_fn, *, exclude_se
 
 
 def blocked_radius(n_query: int, n_ref: int, radius: float, block_fn, *, exclude_self: bool, budget_bytes: int,
-                   to_distance=None):
+                   to_distance=None, entry_bytes: int = 0):
     """CSR ``(indptr, indices, distances)`` of the entries ``<= radius`` of each query row, ordered by (distance, index).
 
     ``block_fn(start, stop)`` gives the (rows, n_ref) distances (or ranking values
-    that ``to_distance`` maps to distances, compared with ``radius`` after it).
+    that ``to_distance`` maps to distances, compared with ``radius`` after it); ``entry_bytes`` as in
+    :func:`blocked_kneighbors`. NaN distances are never within the radius.
     """
-    rows = _block_rows(n_ref, budget_bytes, 8 + 8 + 2)
+    rows = _block_rows(n_ref, budget_bytes, 8 + 8 + 2 + entry_bytes)
     found_rows, found_cols, found_dist = [], [], []
     for start in range(0, n_query, rows):
         stop = min(n_query, start + rows)

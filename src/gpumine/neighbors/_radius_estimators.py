@@ -13,10 +13,11 @@ import warnings
 import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin, TransformerMixin
 from sklearn.exceptions import DataConversionWarning
+from sklearn.utils._available_if import available_if
 from sklearn.utils.multiclass import check_classification_targets
 
 from .._validation import check_labels
-from ._estimators import _KNeighborsBase
+from ._estimators import SklearnKNeighborsMixin, SklearnRadiusNeighborsMixin, _KNeighborsBase
 
 __all__ = ["RadiusNeighborsClassifier", "RadiusNeighborsRegressor", "KNeighborsTransformer"]
 
@@ -41,8 +42,16 @@ def _radius_weights(dist: np.ndarray, indptr: np.ndarray, weights) -> np.ndarray
     raise ValueError(f"weights must be 'uniform', 'distance' or a callable; got {weights!r}")
 
 
-class _RadiusBase(_KNeighborsBase):
+def _never(estimator) -> bool:
+    return False
+
+
+class _RadiusBase(_KNeighborsBase, SklearnRadiusNeighborsMixin):
     _extended_input = True
+
+    # scikit-learn's radius estimators have no k-neighbour queries (code that asks hasattr gets False)
+    kneighbors = available_if(_never)(_KNeighborsBase.kneighbors)
+    kneighbors_graph = available_if(_never)(_KNeighborsBase.kneighbors_graph)
 
     def __init__(self, radius=1.0, *, weights="uniform", algorithm="auto", leaf_size=30, p=2, metric="minkowski",
                  metric_params=None, n_jobs=None, device="auto", backend="auto", working_memory=None, verbose=None):
@@ -248,7 +257,7 @@ class RadiusNeighborsRegressor(RegressorMixin, _RadiusBase):
         return pred[:, 0] if self._y_ndim == 1 else pred
 
 
-class KNeighborsTransformer(TransformerMixin, _KNeighborsBase):
+class KNeighborsTransformer(TransformerMixin, _KNeighborsBase, SklearnKNeighborsMixin):
     """Data to its sparse kNN graph (scikit-learn's ``KNeighborsTransformer``), exact on GPU or CPU.
 
     ``transform(X)`` gives the (n_queries, n_samples_fit) graph of each row's

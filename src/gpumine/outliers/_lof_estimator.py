@@ -24,7 +24,8 @@ from ..config import resolve_device, working_memory_bytes
 from ..core.distance import get_metric
 from ..neighbors.engine import choose_backend, knn_search
 from ..neighbors._estimators import _check_feature_names, _KNeighborsBase
-from ._lof import LOFFit, check_duplicates_rule, check_lof_metric, lof_fit, lof_score, warn_duplicates
+from ._lof import (LOFFit, check_duplicates_rule, check_lof_metric, local_outlier_factor, local_reachability_density,
+                   lof_fit, lof_score, warn_duplicates)
 
 __all__ = ["LocalOutlierFactor", "lof_scores"]
 
@@ -39,25 +40,38 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
     tiled to ``working_memory``; k-distances, lrd and LOF are O(n k) tensor
     operations on the same device. Scores equal scikit-learn's
     ``negative_outlier_factor_`` to float32 rounding (float64: to about 1e-12)
-    on data without distance ties or duplicates.
+    on data without distance ties or duplicates. Precomputed distances,
+    scipy.sparse rows (densified) and scikit-learn's other metrics go through
+    :class:`gpumine.neighbors.NearestNeighbors`' searches for them (exact
+    float64 brute force, see :mod:`gpumine.neighbors._metrics_extra`).
 
     Parameters
     ----------
     n_neighbors : int, default=20
         k. Lowered to ``n_samples - 1`` (with a warning when larger than
         ``n_samples``), as scikit-learn.
-    algorithm : {"auto", "brute"}, default="auto"
-        Always exact brute force; other scikit-learn values raise.
+    algorithm : {"auto", "ball_tree", "kd_tree", "brute"}, default="auto"
+        Accepted for compatibility; gpumine chooses its own exact method. A
+        tree with a metric scikit-learn's trees lack raises, as there.
     leaf_size : int, default=30
         Accepted for compatibility; no effect.
-    metric : str, default="minkowski"
-        A distance: ``"minkowski"`` (with ``p``), ``"euclidean"``,
-        ``"sqeuclidean"``, ``"manhattan"``, ``"chebyshev"``, ``"cosine"``.
-        ``"inner_product"`` is a similarity and raises.
+    metric : str, callable or DistanceMetric, default="minkowski"
+        A distance: ``"minkowski"`` (with ``p >= 1``), ``"euclidean"``,
+        ``"sqeuclidean"``, ``"manhattan"``, ``"chebyshev"``, ``"cosine"``;
+        ``"precomputed"`` (``fit`` takes a square distance matrix or a sparse
+        graph, novelty queries their distances to the training points); and
+        the metrics of :class:`gpumine.neighbors.NearestNeighbors`'
+        brute force: ``"seuclidean"``, ``"mahalanobis"``, ``"haversine"``,
+        ``"correlation"``, ``"canberra"``, ``"braycurtis"``, ``"hamming"``,
+        ``"nan_euclidean"`` (NaN marks missing values), ``"jaccard"``,
+        ``"dice"``, ``"rogerstanimoto"``, ``"russellrao"``, ``"sokalsneath"``,
+        ``"yule"``, a callable or a DistanceMetric. ``"inner_product"`` is a
+        similarity and raises.
     p : float, default=2
         Minkowski power.
     metric_params : dict, optional
-        Only ``{"p": ...}``.
+        ``{"p": ...}``; ``{"V": ...}`` for seuclidean; ``{"VI": ...}`` or
+        ``{"V": ...}`` for mahalanobis; a callable's keyword arguments.
     contamination : "auto" or float in (0, 0.5], default="auto"
         ``"auto"``: ``offset_ = -1.5`` (the original paper's convention, as
         scikit-learn); a float: ``offset_`` is that percentile of the training
@@ -86,7 +100,9 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
         scores; warns); ``"sklearn"`` adds 1e-10 to every mean
         reach-distance as scikit-learn does (then neighbours of duplicate
         groups get scores ~1e10). Identical results when no point has that
-        many duplicates. See :mod:`gpumine.outliers._lof`.
+        many duplicates. See :mod:`gpumine.outliers._lof`. With precomputed
+        distances a location is a distinct row of the matrix (a sparse graph:
+        each row's positive stored distances).
 
     Attributes
     ----------
@@ -145,7 +161,21 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
         self.novelty = novelty
         self.duplicates = duplicates
 
+    # Precomputed distances (dense or a sparse graph), sparse features and the brute-force metrics of
+    # gpumine.neighbors._metrics_extra come through the base estimator's searches; minkowski with p < 1 or
+    # weights does not (a semi-metric's reach-distances mean little).
+    _extended_input = True
+
     # -- fitting -------------------------------------------------------------------
+    def _resolve_metric(self):
+        params = self.metric_params if isinstance(self.metric_params, dict) else {}
+        p = params.get("p", self.p)
+        semi = isinstance(p, numbers.Real) and not isinstance(p, bool) and 0 < float(p) < 1
+        if self.metric == "minkowski" and (semi or params.get("w") is not None):
+            raise ValueError(f"LocalOutlierFactor supports metric='minkowski' with p >= 1 and no weights 'w'; got "
+                             f"p={p!r}" + ("" if params.get("w") is None else " and w"))
+        return super()._resolve_metric()
+
     def _check_params(self):
         c = self.contamination
         if isinstance(c, str):
@@ -169,7 +199,8 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
         """
         self._check_params()
         X_t = self._fit(X)
-        check_lof_metric(self._metric)
+        if self._mode == "engine":
+            check_lof_metric(self._metric)
         n_samples = X_t.shape[0]
         if n_samples < 2:
             raise ValueError(
@@ -183,16 +214,21 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
                 stacklevel=2,
             )
         self.n_neighbors_ = max(1, min(int(self.n_neighbors), n_samples - 1))
-        self.effective_metric_params_ = {"p": self._metric.p} if self._metric.name == "minkowski" else {}
-        budget = working_memory_bytes(self.working_memory, self.device_)
-        backend = choose_backend(self.backend, self.device_, self._metric, self._fit_X.dtype, self.n_neighbors_, n_samples)
-        fit = lof_fit(self._fit_X, self.n_neighbors_, self._metric, device=self.device_, budget_bytes=budget,
-                      duplicates=self.duplicates, verbose=self.verbose, warn=False, backend=backend)
+        if self._mode == "engine":  # feature rows (sparse ones densified by _fit) on the exact kNN engine
+            self.effective_metric_params_ = {"p": self._metric.p} if self._metric.name == "minkowski" else {}
+            budget = working_memory_bytes(self.working_memory, self.device_)
+            backend = choose_backend(self.backend, self.device_, self._metric, self._fit_X.dtype, self.n_neighbors_,
+                                     n_samples)
+            fit = lof_fit(self._fit_X, self.n_neighbors_, self._metric, device=self.device_, budget_bytes=budget,
+                          duplicates=self.duplicates, verbose=self.verbose, warn=False, backend=backend)
+        else:  # precomputed distances or a brute-force metric: the base estimator's all-kNN
+            dist, index, _ = self._query(None, self.n_neighbors_)
+            fit = self._lof_from_neighbours(dist, index)
         warn_duplicates(fit, stacklevel=2)
         # novelty scoring needs only the k-distances and lrd: drop the (n, k) kNN arrays
         self._lof_fit = LOFFit(fit.distances[:0], fit.indices[:0], fit.k_distance, fit.lrd, fit.lof,
                                fit.n_duplicate_points, fit.duplicates)
-        self._dtype = X_t.dtype
+        self._dtype = torch.float32 if self._out_dtype == np.float32 else torch.float64
         self.n_duplicate_points_ = fit.n_duplicate_points
         nof = -fit.lof
         self.negative_outlier_factor_ = to_output(nof.to(self._dtype), self._fit_kind)
@@ -223,6 +259,15 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
         labels = torch.ones(self.n_samples_fit_, dtype=torch.int64)
         labels[(-self._lof_fit.lof.to(self._dtype)).cpu() < self.offset_] = -1
         return self._labels_out(labels, self._fit_kind)
+
+    def _predict(self, X=None):
+        """scikit-learn's private labelling: the training points' labels (``X=None``) or ``predict(X)``."""
+        check_is_fitted(self, "n_samples_fit_")
+        if X is None:
+            labels = torch.ones(self.n_samples_fit_, dtype=torch.int64)
+            labels[(-self._lof_fit.lof.to(self._dtype)).cpu() < self.offset_] = -1
+            return self._labels_out(labels, self._fit_kind)
+        return self.predict(X)
 
     @staticmethod
     def _labels_out(labels: torch.Tensor, kind):
@@ -263,8 +308,13 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
     def _novelty_scores(self, X) -> tuple[torch.Tensor, object]:
         """(-LOF of the rows of X in X's precision, on the device; output kind)."""
         check_is_fitted(self, "n_samples_fit_")
-        if sp.issparse(X):
-            raise TypeError("sparse input is not supported by gpumine estimators; convert X with X.toarray()")
+        if self._mode != "engine" or sp.issparse(X):
+            # precomputed distances, brute-force metrics and sparse rows: the base estimator's query
+            dtype = getattr(X, "dtype", None)
+            out_dtype = torch.float32 if dtype in (np.float32, torch.float32) else torch.float64
+            dist, index, kind = self._query(X, self.n_neighbors_)
+            lof, _ = lof_score(dist, index, self._lof_fit)
+            return (-lof).to(out_dtype), kind
         _check_feature_names(self, X, reset=False)
         query = check_array(X, name="X")
         check_n_features(query, self.n_features_in_, type(self).__name__)
@@ -307,10 +357,61 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
         labels[(nof - self.offset_).cpu() < 0] = -1
         return self._labels_out(labels, kind)
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
-        return tags
+    # -- LOF from neighbours found outside the engine ------------------------------------
+    def _lof_from_neighbours(self, dist: torch.Tensor, index: torch.Tensor) -> LOFFit:
+        """LOF of the training points from their all-kNN ``(dist, index)``, with the duplicates rule."""
+        dist = dist.to(torch.float64)
+        kdist = dist[:, -1].clone()
+        zero = kdist == 0
+        n_zero = int(zero.sum())
+        if n_zero and self.duplicates == "distinct":
+            rows = zero.nonzero().squeeze(1)
+            kdist[rows] = self._k_distinct_distance(rows.cpu(), dist.shape[1]).to(kdist.device)
+        lrd = local_reachability_density(dist, index, kdist, duplicates=self.duplicates)
+        lof = local_outlier_factor(lrd, index, lrd)
+        return LOFFit(dist, index, kdist, lrd, lof, n_zero, self.duplicates)
+
+    def _k_distinct_distance(self, rows: torch.Tensor, k: int) -> torch.Tensor:
+        """The k-distinct-distance (see :mod:`gpumine.outliers._lof`) of training points ``rows``, float64.
+
+        Locations are the distinct rows of the fitted data: feature rows, or the
+        rows of a dense precomputed matrix (points at one location have the same
+        distances to everything). A sparse graph knows only its stored entries:
+        the k-th smallest positive stored distance of the row. 0 where no
+        positive distance exists, the farthest positive one where fewer than k.
+        """
+        X = self._fit_X
+        if sp.issparse(X):
+            out = torch.zeros(len(rows), dtype=torch.float64)
+            for i, r in enumerate(rows.tolist()):
+                stored = np.sort(X.data[X.indptr[r] : X.indptr[r + 1]].astype(np.float64))
+                stored = stored[stored > 0]
+                if stored.size:
+                    out[i] = float(stored[min(k, stored.size) - 1])
+            return out
+        device = self.device_
+        data = X.to(device)
+        _, inverse = torch.unique(data, dim=0, return_inverse=True)
+        n = data.shape[0]
+        n_locations = int(inverse.max()) + 1
+        first = torch.full((n_locations,), n, dtype=torch.int64, device=device)
+        first.scatter_reduce_(0, inverse, torch.arange(n, device=device), reduce="amin")
+        budget = working_memory_bytes(self.working_memory, device)
+        step = max(1, budget // (8 * 4 * max(1, n)))
+        pieces = []
+        for chunk in rows.to(device).split(step):
+            if self._mode == "precomputed":
+                D = data[chunk].to(torch.float64)
+            else:
+                D = self._form.to_distance(self._form.rdist(data[chunk], data))
+            D = D[:, first]
+            D = D.masked_fill(~(D > 0), float("inf"))  # zeros (the location itself) and NaN left out
+            ordered = torch.sort(D, dim=1).values
+            n_positive = torch.isfinite(ordered).sum(1)
+            at = (torch.clamp(n_positive, max=k) - 1).clamp(min=0)
+            value = ordered.gather(1, at[:, None]).squeeze(1)
+            pieces.append(torch.where(n_positive > 0, value, torch.zeros_like(value)))
+        return torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.float64, device=device)
 
 
 def lof_scores(

@@ -1,7 +1,7 @@
 """Exact kNN benchmark: the CUKNN paper's experiments, side by side with peers.
 
-Reproduces the experiments of CUKNN (Liang et al. 2010, k = 7) and the targets of the
-fused-kernel issue, timing in one run
+Reproduces the experiments of CUKNN (Liang et al. 2010, k = 7) and gpumine's own targets for
+its fused kernel (a large k among them), timing in one run
 
 * ``gpumine-device`` — :func:`gpumine.neighbors.kneighbors` on tensors already on the device;
 * ``gpumine-host``   — the same from host NumPy arrays to NumPy results (copies included);
@@ -38,7 +38,7 @@ the reference k-th distance times ``1 + (d + 2)·2⁻²⁴`` — ties within flo
 rounding count), and ``ratio_vs_torch`` = PyTorch seconds / this row's seconds
 (> 1 is faster than plain PyTorch).
 
-Run ``python benchmarks/knn.py --help`` (or ``gpumine bench knn --help``).
+Run ``python -m benchmarks.knn --help`` (or ``python benchmarks/knn.py --help``) from the repository root.
 """
 
 from __future__ import annotations
@@ -58,10 +58,13 @@ import zlib
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-import torch
+if not __package__:  # run as a script (python benchmarks/knn.py): the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ._common import environment, format_count, format_seconds, positive, median, save_figure, time_call, write_json, write_text
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from benchmarks._common import environment, format_count, format_seconds, positive, median, save_figure, time_call, write_json, write_text  # noqa: E402
 
 __all__ = [
     "main",
@@ -264,7 +267,7 @@ def faiss_knn(ref: np.ndarray, query: np.ndarray | None, k: int, *, exclude_self
 
 
 def _gpumine_knn(ref, query, k, *, exclude_self, device, working_memory, backend="auto"):
-    from ..neighbors import kneighbors
+    from gpumine.neighbors import kneighbors
 
     return kneighbors(ref, None if exclude_self else query, k, device=device, working_memory=working_memory,
                       verbose=0, backend=backend)
@@ -408,7 +411,7 @@ class KnnBench:
     """Runs cases, keeps rows, writes results. One instance per ``main()`` call."""
 
     def __init__(self, args, device: torch.device, out_json: Path | None, out_md: Path | None, argv=None):
-        from ..config import working_memory_bytes
+        from gpumine.config import working_memory_bytes
 
         self.args = args
         self.device = device
@@ -491,7 +494,7 @@ class KnnBench:
             n_ref = _QUICK_N if self.args.quick else _PHYSICS_REFS
             n_q = 384 if self.args.quick else _PHYSICS_MAX_QUERIES
             if self.args.physics:
-                from ..data import load_physics
+                from gpumine.data import load_physics
 
                 X, _ = load_physics(self.args.physics)
                 if X.shape[0] < n_ref + n_q:
@@ -581,8 +584,8 @@ class KnnBench:
     def measure(self, case: Case, impl: str, data: _Data) -> dict:
         """Time one implementation on one case; a row (skipped or failed rows say why in ``note``)."""
         if impl == "gpumine-triton":
-            from ..core.distance import get_metric
-            from ..neighbors.engine import fused_unsupported
+            from gpumine.core.distance import get_metric
+            from gpumine.neighbors.engine import fused_unsupported
 
             why = fused_unsupported(get_metric("euclidean"), torch.float32, case.k, case.n_ref)
             if why:
@@ -777,7 +780,7 @@ def experiment_physics(bench: KnnBench, impls) -> list[dict]:
 
 
 def experiment_large_k(bench: KnnBench, impls) -> list[dict]:
-    """Experiment 5 (issue 3): k = 2048 on 32,768 × 32,768 at d = 8."""
+    """Experiment 5 (not in the paper): a large k, k = 2048 on 32,768 × 32,768 at d = 8."""
     return bench.run_experiment("large_k", list(impls))
 
 
@@ -818,7 +821,7 @@ def render_markdown(results: dict) -> str:
     """The results as markdown: a header with the device and versions, one table per experiment, targets."""
     meta, rows = results.get("meta", {}), results.get("rows", [])
     versions = meta.get("versions", {})
-    out = ["## Exact kNN (seed 000, CUKNN experiments)", ""]
+    out = ["## Exact kNN (CUKNN experiments)", ""]
     device = meta.get("device_name") or meta.get("device", "?")
     vers = ", ".join(f"{name} {v}" for name, v in versions.items() if v)
     out.append(f"Device: **{device}** ({meta.get('device', '?')}); {meta.get('cpu_count', '?')} CPU cores ({meta.get('cpu', '?')}). Date: {meta.get('date', '?')}.")
@@ -906,7 +909,7 @@ def _render_targets(rows: list[dict]) -> list[str]:
     inexact = [r for r in rows if r["impl"].startswith("gpumine") and r.get("recall") is not None and r["recall"] < 1]
     if not lines and not slower and not inexact:
         return []
-    out = ["### Targets (issue 3) and checks (issue 2)", ""]
+    out = ["### Targets and exactness checks", ""]
     if lines:
         out += ["| target | implementation | time | vs PyTorch | status |", "|---|---|---:|---:|---|"] + lines + [""]
     measured = [r for r in rows if r["impl"] == "gpumine-device" and r.get("ratio_vs_torch") is not None]
@@ -1085,7 +1088,7 @@ def main(argv=None, prog: str | None = None) -> int:
     if args.physics is not None and not Path(args.physics).is_file():
         print(f"error: --physics {args.physics}: no such file; give the path to phy_train.dat or leave it out for synthetic data", file=sys.stderr)
         return 2
-    from ..config import resolve_device
+    from gpumine.config import resolve_device
 
     try:
         device = resolve_device(args.device)
@@ -1143,4 +1146,4 @@ def main(argv=None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(main(prog="python -m benchmarks.knn" if __package__ else "benchmarks/knn.py"))

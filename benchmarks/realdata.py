@@ -46,7 +46,7 @@ Output: ``--out`` a JSON list of records (one per set and case; the run's enviro
 ``<out>.meta.json`` beside it), ``--markdown`` one table per device, ``--plot`` a bar chart of
 the speedups; all written atomically, after every set. ``--from-json`` renders saved results.
 
-``python benchmarks/realdata.py --help`` or ``gpumine bench realdata --help``.
+``python -m benchmarks.realdata --help`` (or ``python benchmarks/realdata.py --help``) from the repository root.
 """
 
 from __future__ import annotations
@@ -64,10 +64,13 @@ import warnings
 from functools import partial
 from pathlib import Path
 
-import numpy as np
-import torch
+if not __package__:  # run as a script (python benchmarks/realdata.py): the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ._common import environment, format_count, format_seconds, positive, save_figure, time_call, write_json, write_text
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from benchmarks._common import environment, format_count, format_seconds, positive, save_figure, time_call, write_json, write_text  # noqa: E402
 
 __all__ = [
     "main",
@@ -479,13 +482,13 @@ def sklearn_top_n(X: np.ndarray, n_outliers: int = N_OUTLIERS, k: int = 5):
 # gpumine
 # ---------------------------------------------------------------------------------------
 def _gpumine_knn(X, k, device):
-    from ..neighbors import kneighbors
+    from gpumine.neighbors import kneighbors
 
     return kneighbors(X, None, k, device=device, verbose=0)
 
 
 def _gpumine_lof(X, device):
-    from ..outliers import LocalOutlierFactor
+    from gpumine.outliers import LocalOutlierFactor
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # DuplicatesWarning: its count is recorded instead
@@ -494,7 +497,7 @@ def _gpumine_lof(X, device):
 
 
 def _gpumine_top_n(X, device):
-    from ..outliers import top_n_outliers
+    from gpumine.outliers import top_n_outliers
 
     res = top_n_outliers(X, n_outliers=N_OUTLIERS, k=5, device=device, verbose=0)
     return res.indices, res.weights, res
@@ -524,7 +527,7 @@ def _plain(value, depth: int = 0):
 
 @contextlib.contextmanager
 def _knn_engine_stats(stats: dict):
-    from .knn import _engine_stats
+    from benchmarks.knn import _engine_stats
 
     with _engine_stats(stats):
         yield
@@ -1182,7 +1185,7 @@ def main(argv=None, prog: str | None = None) -> int:
         return 2
     if args.order == "size":
         paths = sorted(paths, key=_rows_of)
-    from ..config import resolve_device
+    from gpumine.config import resolve_device
 
     try:
         device = resolve_device(args.device)
@@ -1219,4 +1222,4 @@ def main(argv=None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(main(prog="python -m benchmarks.realdata" if __package__ else "benchmarks/realdata.py"))

@@ -38,13 +38,12 @@ Experiments (``--experiments``, comma-separated):
     largest relative difference of the scores; the scikit-learn time at the
     full n is extrapolated quadratically and labelled as an estimate.
 
-Run ``python benchmarks/stream.py --help`` (or ``gpumine bench stream``).
+Run ``python -m benchmarks.stream --help`` (or ``python benchmarks/stream.py --help``) from the repository root.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import os
 import subprocess
@@ -54,10 +53,13 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
-import torch
+if not __package__:  # run as a script (python benchmarks/stream.py): the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ._common import environment, format_count, format_seconds, synchronize, write_json, write_text
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from benchmarks._common import environment, format_count, format_seconds, synchronize, write_json, write_text  # noqa: E402
 
 __all__ = ["main", "build_parser", "render_markdown", "EXPERIMENTS", "ADBENCH_STREAMS", "drifting_gaussian"]
 
@@ -116,7 +118,7 @@ class _Bench:
 
 # -- throughput --------------------------------------------------------------------------------------
 def _throughput_row(bench: _Bench, device: torch.device, method: str, window: int, d: int, k: int) -> dict:
-    from ..stream import SlidingWindowLOF, StreamingLOF
+    from gpumine.stream import SlidingWindowLOF, StreamingLOF
 
     n_windows_max = 40 if not bench.args.quick else 3
     warm = 3 if not bench.args.quick else 1
@@ -169,7 +171,10 @@ def experiment_throughput(bench: _Bench) -> None:
 
 # -- CLI from a CSV pipe -----------------------------------------------------------------------------
 def _cli_run(text: bytes, device: torch.device, window: int, k: int) -> float:
-    src = Path(__file__).resolve().parents[2]
+    import gpumine
+
+    # the child imports the gpumine this run uses (installed, or src/ of the checkout)
+    src = Path(gpumine.__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(src) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmd = [sys.executable, "-m", "gpumine.stream", "-", "--window", str(window), "-k", str(k),
            "--device", str(device), "--quiet"]
@@ -222,8 +227,8 @@ def experiment_cli(bench: _Bench) -> None:
 
 # -- quality -------------------------------------------------------------------------------------------
 def _load_stream(name: str, data_dir, n_max: int | None):
-    from ..data import load_adbench, make_gaussian_blobs  # noqa: F401
-    from ..stream import make_drifting_stream
+    from gpumine.data import load_adbench, make_gaussian_blobs  # noqa: F401
+    from gpumine.stream import make_drifting_stream
 
     if name == "drift":
         n = n_max or 100_000
@@ -265,8 +270,8 @@ def experiment_quality(bench: _Bench) -> None:
     """Streaming rows for every stream first, then batch LOF on each whole stream, then River."""
     from sklearn.metrics import average_precision_score, roc_auc_score
 
-    from ..outliers._lof_estimator import LocalOutlierFactor
-    from ..stream import SlidingWindowLOF, StreamingLOF
+    from gpumine.outliers._lof_estimator import LocalOutlierFactor
+    from gpumine.stream import SlidingWindowLOF, StreamingLOF
 
     quick = bench.args.quick
     window = bench.args.window or (256 if quick else 2048)
@@ -362,7 +367,7 @@ def _quality_row(bench, name, method, y, s, seconds, note, n_dup, roc_auc_score,
 def experiment_batch(bench: _Bench) -> None:
     from sklearn.neighbors import LocalOutlierFactor as SkLOF
 
-    from ..outliers._lof_estimator import LocalOutlierFactor
+    from gpumine.outliers._lof_estimator import LocalOutlierFactor
 
     quick = bench.args.quick
     n = bench.args.batch_n or (5_000 if quick else 1_000_000)
@@ -420,10 +425,10 @@ def render_markdown(results: dict) -> str:
     Examples
     --------
     >>> print(render_markdown({"meta": {"device_name": "CPU", "device": "cpu"}, "rows": []}).splitlines()[0])
-    ## Streaming LOF benchmark (seed 001) — CPU (cpu)
+    ## Streaming LOF benchmark (LOF_GPU experiments) — CPU (cpu)
     """
     meta, rows = results["meta"], results["rows"]
-    lines = [f"## Streaming LOF benchmark (seed 001) — {meta.get('device_name')} ({meta.get('device')})", ""]
+    lines = [f"## Streaming LOF benchmark (LOF_GPU experiments) — {meta.get('device_name')} ({meta.get('device')})", ""]
     if meta.get("date"):
         lines += [f"Run {meta['date']}; torch {meta.get('versions', {}).get('torch')}, "
                   f"scikit-learn {meta.get('versions', {}).get('scikit-learn')}, river {meta.get('versions', {}).get('river')}; "
@@ -487,7 +492,7 @@ def _quality_methods(text: str) -> list[str]:
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Streaming LOF benchmark (seed 001): throughput, quality, batch LOF vs scikit-learn.")
+    p = argparse.ArgumentParser(prog=prog, description="Streaming LOF benchmark (LOF_GPU experiments): throughput, quality, batch LOF vs scikit-learn.")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--quick", action="store_true", help="tiny sizes (CI smoke run)")
     p.add_argument("--experiments", type=_experiments, default=list(EXPERIMENTS), help=f"comma-separated: {','.join(EXPERIMENTS)}")
@@ -513,7 +518,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 def main(argv=None, prog: str | None = None) -> int:
     """Run the benchmark; returns 0, 1 when a gpumine row failed, 2 on bad usage."""
     args = build_parser(prog).parse_args(argv)
-    from ..config import resolve_device
+    from gpumine.config import resolve_device
 
     if args.row_seconds is None:
         args.row_seconds = 0.5 if args.quick else 3.0
@@ -552,6 +557,5 @@ def main(argv=None, prog: str | None = None) -> int:
     return 1 if bench.failures else 0
 
 
-with contextlib.suppress(Exception):  # keep `python -m gpumine.bench.stream` working
-    if __name__ == "__main__":  # pragma: no cover
-        sys.exit(main())
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(prog="python -m benchmarks.stream" if __package__ else "benchmarks/stream.py"))

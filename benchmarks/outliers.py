@@ -37,7 +37,8 @@ SolvingSet the iterations, the solving-set size and the fraction of all n(n-1)/2
 Peers run in a child process with a time limit (``--peer-cap``); brute force is first timed on a
 slice of the queries and skipped when the full run is estimated above ``--bf-cap``.
 
-``python benchmarks/outliers.py --help`` lists the options; ``--quick`` is a CPU smoke run.
+``python -m benchmarks.outliers --help`` (or ``python benchmarks/outliers.py --help``) from the repository
+root lists the options; ``--quick`` is a CPU smoke run.
 """
 
 from __future__ import annotations
@@ -55,10 +56,13 @@ import time
 import traceback
 from pathlib import Path
 
-import numpy as np
-import torch
+if not __package__:  # run as a script (python benchmarks/outliers.py): the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ._common import environment, format_seconds, save_figure, synchronize, write_json, write_text
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from benchmarks._common import environment, format_seconds, save_figure, synchronize, write_json, write_text  # noqa: E402
 
 __all__ = ["main", "build_parser", "load_dataset", "render_markdown", "plot_results", "DATASETS", "IMPLS"]
 
@@ -85,7 +89,7 @@ _QUICK_SCALING = (2_000, 4_000)
 # data
 # ---------------------------------------------------------------------------------------------
 def _covtype(data_dir: Path | None, covtype_path: Path | None, quick: bool):
-    from ..data import load_adbench, load_covtype, load_covtype_sample
+    from gpumine.data import load_adbench, load_covtype, load_covtype_sample
 
     candidates = []
     if covtype_path is not None:
@@ -112,7 +116,7 @@ def _covtype(data_dir: Path | None, covtype_path: Path | None, quick: bool):
 def load_dataset(name: str, *, quick: bool = False, data_dir: Path | None = None, covtype: Path | None = None,
                  n: int | None = None):
     """``(X float32, description)`` for a benchmark data set (``n`` overrides the size of g2d/g3d/poker)."""
-    from ..data import make_gaussian_blobs, make_poker_hands
+    from gpumine.data import make_gaussian_blobs, make_poker_hands
 
     sizes = _QUICK_SIZES if quick else _FULL_SIZES
     if name == "g2d":
@@ -298,9 +302,9 @@ class OutlierBench:
     # -- gpumine rows ------------------------------------------------------------------------------
     def _gpumine(self, X: np.ndarray, k: int, method: str, device: torch.device, deadline=None, candidates=None,
                  keep_scores: bool = False):
-        from ..outliers._distance_based import check_candidates, run
-        from ..outliers._weights import resolve_metric
-        from ..config import working_memory_bytes
+        from gpumine.outliers._distance_based import check_candidates, run
+        from gpumine.outliers._weights import resolve_metric
+        from gpumine.config import working_memory_bytes
 
         Xt = torch.from_numpy(X)
         m = check_candidates(candidates or self.args.candidates, device, len(X), X.shape[1], k)
@@ -333,10 +337,10 @@ class OutlierBench:
 
     def _bf_estimate(self, X: np.ndarray, k: int) -> float:
         """Seconds a full brute-force run would take, from the engine on a slice of the queries."""
-        from ..neighbors.engine import knn_search
-        from ..outliers._distance_based import engine_backend
-        from ..core.distance import get_metric
-        from ..config import working_memory_bytes
+        from gpumine.neighbors.engine import knn_search
+        from gpumine.outliers._distance_based import engine_backend
+        from gpumine.core.distance import get_metric
+        from gpumine.config import working_memory_bytes
 
         n = len(X)
         q = min(n, max(4096, n // 64))
@@ -422,7 +426,7 @@ class OutlierBench:
                 self._row(dataset, X, k, "ss-sweep", n_candidates=m, note=f"failed: {type(exc).__name__}: {exc}")
 
     def run_cpu_ss(self, dataset: str, X: np.ndarray, k: int) -> None:
-        from ..outliers._solving_set import SolvingSetTimeout
+        from gpumine.outliers._solving_set import SolvingSetTimeout
 
         cap = self.args.cpu_cap
         try:
@@ -555,7 +559,7 @@ def _check(row) -> str:
 def render_markdown(results: dict) -> str:
     meta, rows = results["meta"], results["rows"]
     lines = [
-        "## Top-n distance-based outliers (seed 003: BruteForce and SolvingSet)",
+        "## Top-n distance-based outliers (GPU SolvingSet experiments: BruteForce and SolvingSet)",
         "",
         f"Device: **{meta.get('device_name')}** ({meta.get('device')}); CPU: {meta.get('cpu')} "
         f"({meta.get('cpu_count')} logical cores); torch {meta['versions'].get('torch')}, scikit-learn "
@@ -632,7 +636,7 @@ def _render_sweep(rows) -> list[str]:
 
 
 def _render_targets(rows) -> list[str]:
-    out = ["Targets (issue 4):", ""]
+    out = ["Targets:", ""]
 
     def biggest(dataset, k, impl):
         found = [r for r in rows if r["dataset"] == dataset and r["k"] == k and r["impl"] == impl]
@@ -757,7 +761,7 @@ def _candidates_arg(text):
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
-        description="Top-n distance-based outliers benchmark (seed 003): gpumine SolvingSet and BruteForce on the "
+        description="Top-n distance-based outliers benchmark (GPU SolvingSet experiments): gpumine SolvingSet and BruteForce on the "
         "device, SolvingSet on the CPU, scikit-learn's KD-tree and PyOD KNN, n = 10, k in {5, 10, 50}.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -815,8 +819,8 @@ def main(argv=None, prog: str | None = None) -> int:
                 print(f"wrote {path}")
         print(text)
         return 0
-    from ..config import resolve_device
-    from ..data import find_data_dir
+    from gpumine.config import resolve_device
+    from gpumine.data import find_data_dir
 
     try:
         device = resolve_device(args.device)
@@ -874,7 +878,7 @@ def main(argv=None, prog: str | None = None) -> int:
             for name, X, k in cases:
                 if name != "scaling":
                     bench.run_sweep(name, X, k, args.sweep_candidates)
-        # the CPU rows with the time that is left: the issue's target rows (Covtype and G2d at k = 50)
+        # the CPU rows with the time that is left: the target rows (Covtype and G2d at k = 50)
         # first, then the smallest data first
         def order(case):
             name, X, k = case
@@ -910,3 +914,7 @@ def main(argv=None, prog: str | None = None) -> int:
     for r in disagree:
         bench.log(f"DISAGREEMENT: {r['dataset']} n={r['n']} k={r['k']} {r['impl']}")
     return 1 if bench.failed or disagree else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(prog="python -m benchmarks.outliers" if __package__ else "benchmarks/outliers.py"))
