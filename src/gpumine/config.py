@@ -14,7 +14,16 @@ resolves them through :func:`resolve_device`, :func:`resolve_backend` and
   raises.
 * ``working_memory`` is a budget in MiB for the temporaries of one tile of work
   (``None``: 1024 MiB on the CPU, a quarter of the free GPU memory capped at
-  4096 MiB on a GPU).
+  4096 MiB on a GPU). It bounds what grows with the tiles (score blocks,
+  candidate lists, sort buffers), not the copies of the data a search keeps
+  for its whole length: the outputs (queries x k distances and indices), and
+  the references as the search prepares them -- on the CPU a float64 copy and
+  a KD-tree or the float32 product rows (about two to three times the data's
+  size); on a GPU the references kept resident with their prepared copies
+  (resident only where three times their size fits the device, else streamed
+  from the host in tiles of this budget) and, for dense L2 searches, a float64
+  copy. Data of float32 that float32 cannot square exactly is searched in a
+  float64 copy.
 """
 
 from __future__ import annotations
