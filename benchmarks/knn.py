@@ -585,7 +585,7 @@ class KnnBench:
         """Time one implementation on one case; a row (skipped or failed rows say why in ``note``)."""
         if impl == "gpumine-triton":
             from gpumine.core.distance import get_metric
-            from gpumine.neighbors._engine import fused_unsupported
+            from gpumine.neighbors.engine import fused_unsupported
 
             why = fused_unsupported(get_metric("euclidean"), torch.float32, case.k, case.n_ref)
             if why:

@@ -25,7 +25,7 @@ import benchmarks  # noqa: E402,F401  (gpumine from src/ when it is not installe
 
 from gpumine.data import atomic_open  # noqa: E402
 from gpumine.neighbors import kneighbors  # noqa: E402
-from gpumine.neighbors import _graphs  # noqa: E402
+from gpumine.neighbors.engine import _graphs  # noqa: E402
 
 
 def _plain_torch(X: torch.Tensor, k: int) -> torch.Tensor:

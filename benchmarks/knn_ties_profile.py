@@ -22,7 +22,7 @@ if not __package__:  # run as a script (python benchmarks/knn_ties_profile.py): 
 import benchmarks  # noqa: E402,F401  (gpumine from src/ when it is not installed)
 
 from gpumine.core.distance import get_metric  # noqa: E402
-from gpumine.neighbors._engine import knn_search  # noqa: E402
+from gpumine.neighbors.engine import knn_search  # noqa: E402
 
 
 def _plain_torch(X: torch.Tensor, k: int) -> torch.Tensor:

@@ -337,7 +337,7 @@ class OutlierBench:
 
     def _bf_estimate(self, X: np.ndarray, k: int) -> float:
         """Seconds a full brute-force run would take, from the engine on a slice of the queries."""
-        from gpumine.neighbors._engine import knn_search
+        from gpumine.neighbors.engine import knn_search
         from gpumine.outliers._distance_based import engine_backend
         from gpumine.core.distance import get_metric
         from gpumine.config import working_memory_bytes

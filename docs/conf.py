@@ -61,7 +61,7 @@ napoleon_google_docstring = False
 napoleon_use_rtype = False
 napoleon_use_ivar = True
 
-# docstrings mention many private helpers (``gpumine.neighbors._engine`` ...) by role; they are
+# docstrings mention many private helpers (``gpumine.neighbors.engine._search`` ...) by role; they are
 # not part of the reference, so unresolved references stay plain text instead of warnings
 nitpicky = False
 

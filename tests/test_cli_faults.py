@@ -123,7 +123,7 @@ def test_version_exits_0(capsys):
 def test_outputs_are_checked_before_the_work(files, capsys, command, output, expected, monkeypatch):
     pd.DataFrame({"a": [0, 1, 1, 0] * 5, "y": [0, 1, 1, 0] * 5}).to_csv(files / "t.csv", index=False)
     monkeypatch.chdir(files)
-    import gpumine.neighbors._engine as engine
+    import gpumine.neighbors.engine._search as engine
 
     def no_search(*args, **kwargs):  # the work must not start
         raise AssertionError("searched before checking the output path")

@@ -137,7 +137,7 @@ def test_device_data_is_chunked_as_views_whatever_the_cuda_spelling():
 @pytest.mark.parametrize("r", [20, 333, 2003, 50_001])
 @pytest.mark.parametrize("ties", [False, True])
 def test_hierarchical_tile_candidates_keep_the_c_smallest_values(r, ties):
-    from gpumine.neighbors._engine import _tile_candidates
+    from gpumine.neighbors.engine._search import _tile_candidates
 
     gen = torch.Generator().manual_seed(r)
     S = torch.randint(0, 50, (7, r), generator=gen).float() if ties else torch.rand(7, r, generator=gen)

@@ -1,4 +1,4 @@
-"""The host kNN path (KD-tree / BLAS, gpumine.neighbors._cpu_search) against a float64 oracle."""
+"""The host kNN path (KD-tree / BLAS, gpumine.neighbors.engine._host) against a float64 oracle."""
 
 import time
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-import gpumine.neighbors._cpu_search as cpu_path
+import gpumine.neighbors.engine._host as cpu_path
 from gpumine.core.distance import get_metric
 from gpumine.neighbors import NearestNeighbors, kneighbors
-from gpumine.neighbors._cpu_search import cpu_search
+from gpumine.neighbors.engine._host import cpu_search
 from gpumine.outliers import LocalOutlierFactor
 from knn_oracle import assert_knn_matches, brute_force_knn
 
@@ -268,7 +268,7 @@ def test_public_api_indices_equal_the_engine(monkeypatch, d):
 
 
 def test_engine_reports_the_host_path():
-    from gpumine.neighbors._engine import knn_search
+    from gpumine.neighbors.engine._search import knn_search
 
     X = torch.from_numpy(_tie_heavy())
     stats = {}

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from gpumine.neighbors import kneighbors
-from gpumine.neighbors._engine import candidate_count
+from gpumine.neighbors.engine._search import candidate_count
 from helpers import DEVICES, skip_if_no_cuda
 from knn_oracle import assert_knn_matches, brute_force_knn
 
@@ -163,14 +163,14 @@ def test_explicit_triton_backend_is_refused_where_triton_cannot_run(monkeypatch)
 @pytest.mark.gpu
 def test_streamed_references_match_resident(monkeypatch):
     skip_if_no_cuda("cuda")
-    import gpumine.neighbors._engine as engine
+    import gpumine.neighbors.engine._plan as plan
 
     X = _data("duplicates", 5000, 7, 16)
     Q = _data("random", 700, 7, 17)
     resident = kneighbors(X, Q, 10, device="cuda", working_memory=4)
     import gpumine.neighbors._api as api
 
-    monkeypatch.setattr(engine, "fits_on_device", lambda *a, **k: False)
+    monkeypatch.setattr(plan, "fits_on_device", lambda *a, **k: False)
     monkeypatch.setattr(api, "fits_on_device", lambda *a, **k: False)  # host data stays on the host
     streamed = kneighbors(X, Q, 10, device="cuda", working_memory=4)
     np.testing.assert_array_equal(streamed[1], resident[1])
@@ -228,9 +228,9 @@ def test_two_stage_tile_selection_matches_oracle(kind, budget):
 
 
 def test_heavy_ties_take_one_retry_then_the_exact_scan(monkeypatch):
-    import gpumine.neighbors._engine as engine
+    import gpumine.neighbors.engine._search as engine
     from gpumine.core.distance import get_metric
-    from gpumine.neighbors import _cpu_search
+    from gpumine.neighbors.engine import _host as _cpu_search
 
     monkeypatch.setattr(_cpu_search, "CPU_TREE_SEARCH", False)  # the tile engine's retries, not the host tree
 
@@ -346,7 +346,7 @@ def test_reduced_precision_needs_float32_data():
 
 @pytest.mark.parametrize("d", [1, 3, 8, 20])
 def test_curve_codes_interleave_the_quantised_features_bit_by_bit(d):
-    from gpumine.neighbors._engine import _CurveOrder
+    from gpumine.neighbors.engine._curve import _CurveOrder
 
     X = torch.from_numpy(_data("random", 300, d, 19))
     order = _CurveOrder(X)

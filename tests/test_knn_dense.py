@@ -6,7 +6,8 @@ import torch
 
 from gpumine.core.distance import get_metric
 from gpumine.neighbors import kneighbors
-from gpumine.neighbors import _dense, _engine
+from gpumine.neighbors.engine import _dense
+from gpumine.neighbors.engine import _search as _engine
 
 from knn_oracle import assert_knn_matches
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from gpumine.core.distance import get_metric
-from gpumine.neighbors import _engine
-from gpumine.neighbors._duplicates import UniqueRows, drop_self, expand_neighbours
+from gpumine.neighbors.engine import _search as _engine
+from gpumine.neighbors.engine._duplicates import UniqueRows, drop_self, expand_neighbours
 from knn_oracle import brute_force_knn
 
 CPU = torch.device("cpu")
@@ -18,7 +18,7 @@ def always_dedupe(monkeypatch):
     if hasattr(_engine, "CPU_TREE_SEARCH"):
         monkeypatch.setattr(_engine, "CPU_TREE_SEARCH", False)
     try:
-        from gpumine.neighbors import _cpu_search
+        from gpumine.neighbors.engine import _host as _cpu_search
         monkeypatch.setattr(_cpu_search, "CPU_TREE_SEARCH", False, raising=False)
     except ImportError:
         pass

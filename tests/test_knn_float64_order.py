@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from gpumine.core.distance import get_metric
-from gpumine.neighbors import _engine, kneighbors
-from gpumine.neighbors._float64_order import float32_scores_exact
+from gpumine.neighbors import kneighbors
+from gpumine.neighbors.engine import _search as _engine
+from gpumine.neighbors.engine._float64_order import float32_scores_exact
 from helpers import DEVICES, skip_if_no_cuda
 from knn_oracle import brute_force_knn
 
@@ -17,7 +18,7 @@ TWINS = np.array([[1.0, 1.0000002], [1.0000001, 1.0000001]], dtype=np.float32)
 @pytest.fixture(autouse=True)
 def tile_engine_on_the_host(monkeypatch):
     """These tests are of the tile engine, which the host's tree search would bypass."""
-    from gpumine.neighbors import _cpu_search
+    from gpumine.neighbors.engine import _host as _cpu_search
 
     monkeypatch.setattr(_cpu_search, "CPU_TREE_SEARCH", False)
 
@@ -84,7 +85,7 @@ def test_reported_scores_are_the_float64_scores_rounded_to_float32(device, tree,
     # at 64 features float32 sums of squares are often an ulp or more off their true value;
     # every path reports the nearest float32 to the float64 score instead
     skip_if_no_cuda(device)
-    from gpumine.neighbors import _cpu_search
+    from gpumine.neighbors.engine import _host as _cpu_search
 
     monkeypatch.setattr(_cpu_search, "CPU_TREE_SEARCH", tree)
     rng = np.random.default_rng(3)
@@ -113,7 +114,7 @@ def test_gpu_graph_replays_give_the_eager_results_on_tie_heavy_float_data():
     """Replays order by float64 like the eager path; a shape whose rows need many float64 scans goes eager."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU on this machine (run the gpu tier on the device machine)")
-    from gpumine.neighbors import _graphs
+    from gpumine.neighbors.engine import _graphs
 
     rng = np.random.default_rng(3)
     base = (rng.integers(0, 6, size=(300, 3)) * 0.1 + 0.05).astype(np.float32)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gpumine.core.triton import knn_tuning
+from gpumine.neighbors.engine import _fused_tuning as knn_tuning
 
 
 @pytest.fixture

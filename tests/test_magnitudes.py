@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gpumine.neighbors import kneighbors
-from gpumine.neighbors._magnitude import FLOAT32_HIGH, FLOAT32_LOW, arithmetic, magnitudes
+from gpumine.neighbors.engine._magnitude import FLOAT32_HIGH, FLOAT32_LOW, arithmetic, magnitudes
 from gpumine.outliers import LocalOutlierFactor
 from helpers import DEVICES, skip_if_no_cuda
 from knn_oracle import brute_force_knn
@@ -66,7 +66,7 @@ def test_knn_at_extreme_magnitudes_equals_the_float64_oracle(device, case, metri
     skip_if_no_cuda(device)
     if host_tree and device != "cpu":
         pytest.skip("the host tree search runs on the CPU only")
-    from gpumine.neighbors import _cpu_search
+    from gpumine.neighbors.engine import _host as _cpu_search
 
     monkeypatch.setattr(_cpu_search, "CPU_TREE_SEARCH", host_tree)
     R, Q = CASES[case]

@@ -11,13 +11,13 @@ from helpers import skip_if_no_cuda
 pytestmark = pytest.mark.gpu
 
 N = 8192 + 64  # fused searches (backend="triton"); backend="auto" probes L2 searches of this size eagerly
-N_DENSE = 1500  # a dense search (gpumine.neighbors._dense)
+N_DENSE = 1500  # a dense search (gpumine.neighbors.engine._dense)
 
 
 @pytest.fixture
 def graphs(monkeypatch):
     skip_if_no_cuda("cuda")
-    import gpumine.neighbors._graphs as graphs
+    import gpumine.neighbors.engine._graphs as graphs
 
     graphs.clear_search_graphs()
     yield graphs

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from gpumine.core.distance import get_metric
-from gpumine.core.triton.exact_tile import exact_tile_scores, exact_tile_scores_torch, scores_within, scores_within_torch
-from gpumine.core.triton.knn import ROW_ALIGN, SPLIT_MAX_WIDTH, _aligned_rows, fused_candidates, split_tf32x3
+from gpumine.neighbors.engine._exact_tile_kernel import exact_tile_scores, exact_tile_scores_torch, scores_within, scores_within_torch
+from gpumine.neighbors.engine._fused_kernel import ROW_ALIGN, SPLIT_MAX_WIDTH, _aligned_rows, fused_candidates, split_tf32x3
 from gpumine.neighbors import kneighbors
-from gpumine.neighbors._engine import knn_search
+from gpumine.neighbors.engine._search import knn_search
 from knn_oracle import assert_knn_matches, brute_force_knn
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -188,9 +188,9 @@ def test_retries_after_the_fused_kernel_give_the_torch_twins_results(metric, mon
     # integer data: ties at the k-th place fail the certificate; the first retries (2x, then
     # 8x the candidates) run on the kernel, later ones on the torch selection's reference
     # tiles sized by the budget, not the fused kernel's single tile
-    import gpumine.neighbors._engine as engine
+    import gpumine.neighbors.engine._plan as plan
 
-    monkeypatch.setattr(engine, "_FUSED_WIDE_MAX_PAIRS", 0)  # the usual k + 1 candidates: rows fail
+    monkeypatch.setattr(plan, "_FUSED_WIDE_MAX_PAIRS", 0)  # the usual k + 1 candidates: rows fail
     X = torch.from_numpy(_data("integer", 600 if ON_GPU else 200, 3, 8)).to(DEVICE)  # the interpreter: ~1 min at 600
     dev = torch.device(DEVICE)
     stats = {}
@@ -424,7 +424,7 @@ def test_searches_past_one_dot_step_equal_the_torch_twin(metric, d):
 
 @slow_when_interpreted
 def test_tuning_records_a_shape_per_class_and_keeps_the_results(tmp_path, monkeypatch):
-    from gpumine.core.triton import knn_tuning
+    from gpumine.neighbors.engine import _fused_tuning as knn_tuning
     from gpumine.neighbors import tune_knn
 
     monkeypatch.setenv(knn_tuning.CACHE_ENV, str(tmp_path))
@@ -444,7 +444,7 @@ def test_tuning_records_a_shape_per_class_and_keeps_the_results(tmp_path, monkey
 @pytest.mark.parametrize("exclude_self", [False, True])
 def test_unmerged_split_lists_hold_each_splits_best_and_bound_the_rest(exclude_self):
     from gpumine.core.select import topk_by_score_then_index
-    from gpumine.neighbors._engine import _reached_by_excluded
+    from gpumine.neighbors.engine._search import _reached_by_excluded
 
     n_q, n_r, d, splits = 21 * SCALE, 150 * SCALE, 6, 3
     R = torch.from_numpy(_data("integer", n_r, d, 42)).to(DEVICE)  # integer data: tied scores
@@ -495,7 +495,7 @@ def _candidate_lists(n, width, n_ref, seed, pad_share=0.15):
 @pytest.mark.parametrize("width,k", [(8, 7), (64, 20), *slow_interpreted((13, 13), (32, 5))])
 @pytest.mark.parametrize("own", [False, True])
 def test_rerank_kernel_scores_and_selects_as_the_torch_twin_bit_for_bit(metric, d, width, k, own):
-    from gpumine.core.triton.rerank import rerank_select, rerank_select_torch
+    from gpumine.neighbors.engine._rerank_kernel import rerank_select, rerank_select_torch
 
     n, n_ref = 37 * SCALE, 90
     RT = torch.from_numpy(_data("integer", n_ref, d, 51).T.copy()).to(DEVICE)  # tied scores
@@ -512,7 +512,7 @@ def test_rerank_kernel_scores_and_selects_as_the_torch_twin_bit_for_bit(metric, 
 
 
 def test_rerank_kernel_with_given_scores_orders_nan_zero_signs_and_padding_as_the_twin():
-    from gpumine.core.triton.rerank import rerank_select, rerank_select_torch
+    from gpumine.neighbors.engine._rerank_kernel import rerank_select, rerank_select_torch
 
     n, width = 29, 24
     index = _candidate_lists(n, width, 500, 54, pad_share=0.3)
@@ -555,7 +555,7 @@ def _references(X, layout):
 ])
 def test_rerank_kernel_scores_row_major_references_at_any_d_as_the_torch_twin_bit_for_bit(metric, d, width, k, own, kind, layout):
     # random data: the summation order shows in the last bits at d > 16 (torch's sum(-1) would not do)
-    from gpumine.core.triton.rerank import rerank_select, rerank_select_torch
+    from gpumine.neighbors.engine._rerank_kernel import rerank_select, rerank_select_torch
 
     n, n_ref = 37 * SCALE, 90
     X = _data(kind, n_ref, d, 61)
@@ -582,7 +582,7 @@ def test_rerank_kernel_scores_row_major_references_at_any_d_as_the_torch_twin_bi
 
 
 def test_rerank_reference_arguments_are_checked_with_the_fix_named():
-    from gpumine.core.triton.rerank import RERANK_MAX_FEATURES, RERANK_ROW_MAJOR_MAX_FEATURES, rerank_select, rerank_select_torch
+    from gpumine.neighbors.engine._rerank_kernel import RERANK_MAX_FEATURES, RERANK_ROW_MAJOR_MAX_FEATURES, rerank_select, rerank_select_torch
 
     assert RERANK_MAX_FEATURES == 16 and RERANK_ROW_MAJOR_MAX_FEATURES is None
     index = _candidate_lists(3, 8, 40, 64)
@@ -604,7 +604,7 @@ def test_rerank_reference_arguments_are_checked_with_the_fix_named():
 @pytest.mark.parametrize("prepared", [False, True])
 def test_wide_offsets_give_the_same_candidates(prepared, monkeypatch):
     # the 64-bit offset variant (operands of 2^31 elements or more) forced on small operands
-    from gpumine.core.triton import knn as fused
+    from gpumine.neighbors.engine import _fused_kernel as fused
 
     X = torch.from_numpy(_data("duplicates", 90 * SCALE, 5, 51)).to(DEVICE)
     Q = X[: 21 * SCALE]

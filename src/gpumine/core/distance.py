@@ -15,7 +15,7 @@ closer for every metric (the inner product is negated):
 ``bounds`` gives, per query row, how far a tile score can be from the exact
 score (standard floating-point error bounds for dot products, with a safety
 factor); the kNN engine uses it to certify that a candidate list holds the
-true k nearest neighbours (see ``gpumine.neighbors._engine``).
+true k nearest neighbours (see ``gpumine.neighbors.engine._search``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ SEQUENTIAL_MAX_FEATURES = 16
 # terms are summed in chunks of this many consecutive features, each chunk left to right from its
 # first term, and the chunk sums are added left to right. One chunk up to SEQUENTIAL_MAX_FEATURES,
 # so there it is the feature-by-feature order. A defined order (torch's sum(-1) has none) lets the
-# Triton re-rank kernel (gpumine.core.triton.rerank) reproduce these scores bit for bit at any d.
+# Triton re-rank kernel (gpumine.neighbors.engine._rerank_kernel) reproduce these scores bit for bit at any d.
 EXACT_SUM_CHUNK = SEQUENTIAL_MAX_FEATURES
 _CHUNKED_METRICS = ("euclidean", "sqeuclidean", "manhattan")
 _SEQUENTIAL_METRICS = ("euclidean", "sqeuclidean", "manhattan", "cosine", "inner_product")
@@ -198,7 +198,7 @@ class Metric:
           right: ``((t_0 + ... + t_15) + (t_16 + ... + t_31)) + ... + (t_{16m}
           + ... + t_{d-1})``. Up to 16 features that is one chunk, the
           feature-by-feature order of :meth:`exact_scores_by_feature`; the
-          Triton re-rank kernel (:mod:`gpumine.core.triton.rerank`) sums in the
+          Triton re-rank kernel (:mod:`gpumine.neighbors.engine._rerank_kernel`) sums in the
           same order, so it reproduces these scores bit for bit at any ``d``.
         * cosine, inner product: feature by feature up to
           ``SEQUENTIAL_MAX_FEATURES``, above by one contiguous reduction per pair.

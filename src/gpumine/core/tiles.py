@@ -34,7 +34,7 @@ class TilePlan:
 def tile_bytes(q: int, r: int, d: int, c: int, itemsize: int) -> int:
     """Bytes of temporaries for a tile of ``q`` queries x ``r`` references with ``c`` candidates each."""
     # the score tile, its group minima and their top-k scratch (values + indices,
-    # an eighth of the tile: see gpumine.neighbors._engine._tile_candidates), the
+    # an eighth of the tile: see gpumine.neighbors.engine._search._tile_candidates), the
     # running and new candidate lists, and the rows themselves
     scores = q * r * (itemsize + (2 * itemsize + _INDEX_BYTES) // 8)
     candidates = 4 * q * c * (itemsize + _INDEX_BYTES)

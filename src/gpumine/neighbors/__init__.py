@@ -2,7 +2,7 @@
 
 from .._lazy import lazy_exports
 from ._api import kneighbors, tune_knn
-from ._graphs import clear_search_graphs
+from .engine import clear_search_graphs
 
 __all__ = ["kneighbors", "tune_knn", "clear_search_graphs", "radius_neighbors", "kneighbors_graph", "radius_neighbors_graph",
            "NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor", "RadiusNeighborsClassifier",

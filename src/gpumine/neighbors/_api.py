@@ -9,10 +9,8 @@ from .._validation import all_finite, check_array, check_n_neighbors, non_finite
 from ..config import resolve_device, working_memory_bytes
 from ..core.distance import check_precision, get_metric
 from ..core.tiles import fits_on_device, same_device
-from ._engine import choose_backend, knn_search
-from ._graphs import search_with_graph
-from ._magnitude import smallest_nonzero_magnitude
 from ._metrics_extra import EXTRA_METRICS, check_backend, extra_kneighbors, is_extra_metric, make_extra_form
+from .engine import choose_backend, knn_search, search_with_graph, smallest_nonzero_magnitude
 
 __all__ = ["kneighbors", "tune_knn"]
 
@@ -111,7 +109,7 @@ def kneighbors(
         (float32; euclidean, sqeuclidean, cosine, inner product and manhattan;
         k up to 255). Both backends give identical results; ``"auto"`` takes
         the kernel on CUDA where it measured faster (large searches at up to
-        80 features, see ``gpumine.neighbors._engine.auto_prefers_fused``).
+        80 features, see ``gpumine.neighbors.engine._search.auto_prefers_fused``).
         On CUDA, ``"auto"`` and ``"triton"`` also re-rank the candidates with a
         Triton kernel (same results); ``"torch"`` runs PyTorch operations only.
     working_memory : float, optional
@@ -184,7 +182,7 @@ def kneighbors(
     result_device = kind.device if kind.kind == "torch" else torch.device("cpu")
     found = None
     if on_gpu:
-        # repeated small searches replay a captured graph (see gpumine.neighbors._graphs)
+        # repeated small searches replay a captured graph (see gpumine.neighbors.engine._graphs)
         found = search_with_graph(ref, query, k, metric_obj, exclude_self=exclude_self, device=dev, working_memory=working_memory,
                                   backend=backend, precision=precision, result_device=result_device)
     if found is not None:
@@ -280,7 +278,7 @@ def tune_knn(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p: f
         when every class was already cached, or when the search used no fused
         launch, e.g. k above the kernel's register budget).
     """
-    from ..core.triton.knn_tuning import tuning
+    from .engine import tuning
 
     with tuning() as tuned:
         kneighbors(X_ref, X_query, k, metric=metric, p=p, device=device, backend="triton", working_memory=working_memory,

@@ -40,8 +40,7 @@ from .._validation import check_array, check_labels, check_n_features, check_n_n
 from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ..core.distance import METRICS, check_precision, get_metric, is_engine_metric
 from ..core.tiles import fits_on_device
-from ._engine import choose_backend, knn_search
-from ._graphs import search_with_graph
+from .engine import choose_backend, knn_search, search_with_graph
 from ._neighbor_graphs import csr_to_lists
 from ._radius import radius_search
 from .._device_state import HostPickleMixin
@@ -360,7 +359,7 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
             return dist.to(device=self.device_, dtype=self._fit_X.dtype), index.to(self.device_)
         backend = choose_backend(self.backend, self.device_, self._metric, self._fit_X.dtype, n_neighbors, self.n_samples_fit_)
         if self.device_.type == "cuda":
-            # repeated small searches replay a captured graph, as kneighbors does (gpumine.neighbors._graphs)
+            # repeated small searches replay a captured graph, as kneighbors does (gpumine.neighbors.engine._graphs)
             found = search_with_graph(self._fit_X, query, n_neighbors, self._metric, exclude_self=exclude_self,
                                       device=self.device_, working_memory=self.working_memory, backend=backend,
                                       precision=self.precision, result_device=self.device_)

@@ -1,6 +1,6 @@
 """The metrics scikit-learn users reach for beyond the kNN engine's, searched by exact float64 brute force.
 
-The kNN engine (:mod:`gpumine.neighbors._engine`) certifies fast tile scores
+The kNN engine (:mod:`gpumine.neighbors.engine`) certifies fast tile scores
 against exact ones for euclidean, sqeuclidean, manhattan, chebyshev,
 minkowski, cosine and inner product. The metrics here have no such bound
 worth having, so every (query, reference) pair is scored exactly in float64,

@@ -1,6 +1,6 @@
 """Neighbours from explicit distance blocks: ``metric="precomputed"`` and the minkowski forms the engine lacks.
 
-The kNN engine (:mod:`gpumine.neighbors._engine`) searches feature rows under
+The kNN engine (:mod:`gpumine.neighbors.engine._search`) searches feature rows under
 its own metrics. Three inputs bypass it and come here, all exact:
 
 * a dense precomputed distance matrix (``metric="precomputed"``): each row's

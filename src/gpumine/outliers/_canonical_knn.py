@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ..neighbors._engine import fused_unsupported, knn_search
+from ..neighbors.engine import fused_unsupported, knn_search
 from ._weights import PairSpace
 
 __all__ = ["canonical_knn", "canonical_lower_bound", "search_backend"]

@@ -33,7 +33,7 @@ from .._validation import check_array, output_kind, to_output
 from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ..core.select import topk_smallest
 from ..core.tiles import fits_on_device
-from ..neighbors._engine import choose_backend
+from ..neighbors.engine import choose_backend
 from ._canonical_knn import canonical_knn
 from ._solving_set import SolvingSetTimeout, auto_candidates, solving_set
 from ._solving_set_engine import solving_set_on_engine

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.distance import Metric
-from ..neighbors._engine import knn_search
+from ..neighbors.engine import knn_search
 
 __all__ = [
     "DUPLICATE_RULES",

@@ -22,7 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._validation import check_array, check_n_features, check_n_neighbors, output_kind, to_output
 from ..config import resolve_device, working_memory_bytes
 from ..core.distance import get_metric
-from ..neighbors._engine import choose_backend, knn_search
+from ..neighbors.engine import choose_backend, knn_search
 from ..neighbors._estimators import _check_feature_names, _KNeighborsBase
 from ._lof import (LOFFit, check_duplicates_rule, check_lof_metric, local_outlier_factor, local_reachability_density,
                    lof_fit, lof_score, warn_duplicates)

@@ -3,7 +3,7 @@
 The same iteration as :func:`gpumine.outliers._solving_set.solving_set` (candidates of
 largest upper bound, heaps that only improve, a cutoff that only rises, every
 candidate's weight offered to ``Top``), with the candidates x points work done
-by :func:`~gpumine.neighbors._engine.knn_search` instead of float64 tiles:
+by :func:`~gpumine.neighbors.engine._search.knn_search` instead of float64 tiles:
 
 1. once ``Top`` is full, **candidates among themselves**: their heaps take each
    other, and those whose bound falls below the cutoff die (as the tile form's
@@ -33,7 +33,7 @@ import math
 import torch
 
 from .._progress import Progress
-from ..neighbors._engine import knn_search
+from ..neighbors.engine import knn_search
 from ._canonical_knn import canonical_knn, search_backend
 from ._solving_set import SolvingState, _merge_sorted_heaps
 from ._weights import PairSpace

@@ -89,7 +89,7 @@ import torch
 from .._validation import check_array, output_kind, to_output
 from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ..core.distance import get_metric
-from ..neighbors._engine import choose_backend, knn_search
+from ..neighbors.engine import choose_backend, knn_search
 from ..outliers._lof import (
     DuplicatesWarning,
     LOFFit,

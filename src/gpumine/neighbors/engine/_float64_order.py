@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from ..core.distance import Metric
-from ..core.tiles import iter_row_chunks
+from ...core.distance import Metric
+from ...core.tiles import iter_row_chunks
 
 __all__ = ["FLOAT64_ORDER_METRICS", "float32_scores_exact", "exact_for_range", "needs_float64_order", "rescore", "certified_rows",
            "Float64Tiles"]

@@ -116,7 +116,7 @@ def _check(QT: torch.Tensor, RT: torch.Tensor, metric_name: str):
 def exact_tile_scores_torch(QT: torch.Tensor, RT: torch.Tensor, metric_name: str, *, exclude_self: bool = False,
                             self_offset: int = 0) -> torch.Tensor:
     """The torch twin of :func:`exact_tile_scores` (same arguments, same result bit for bit)."""
-    from ..distance import get_metric
+    from ...core.distance import get_metric
 
     _check(QT, RT, metric_name)
     scores = get_metric(metric_name).exact_scores_by_feature(QT.T, lambda f: RT[f][None, :])

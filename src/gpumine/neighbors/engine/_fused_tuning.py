@@ -1,6 +1,6 @@
 """Measured tile shapes for the fused kNN kernel, one per shape class, cached on disk.
 
-By default the kernel runs the shapes of :func:`gpumine.core.triton.knn.default_blocks`
+By default the kernel runs the shapes of :func:`gpumine.neighbors.engine._fused_kernel.default_blocks`
 (measured on one GPU model, BENCHMARKS.md). Inside :func:`tuning` every launch of a shape
 class not yet in the cache times a few candidate shapes on its real operands and
 records the fastest; later launches of that class, in this process or any later

@@ -32,119 +32,22 @@ import math
 
 import torch
 
-from .._progress import Progress
-from ..config import get_config, resolve_backend
-from ..core.distance import Metric
-from ..core.select import PAD_INDEX, merge_topk, topk_by_score_then_index, topk_smallest
-from ..core.tiles import TilePlan, fits_on_device, iter_row_chunks, plan_tiles, same_device, tile_bytes
-from ..core.triton.exact_tile import (EXACT_TILE_MAX_FEATURES, EXACT_TILE_METRICS, exact_tile_available, exact_tile_scores,
-                                      scores_within)
-from ..core.triton.knn import FUSED_METRICS, MAX_FUSED_CANDIDATES, fused_candidates
-from ..core.triton.rerank import (RERANK_KERNEL_AVAILABLE, RERANK_MAX_FEATURES, RERANK_MAX_WIDTH, RERANK_SCORED_METRICS,
-                                  rerank_select)
-
+from ..._progress import Progress
+from ...core.distance import Metric
+from ...core.select import PAD_INDEX
+from ...core.tiles import TilePlan, iter_row_chunks, plan_tiles, same_device, tile_bytes
+from ._curve import _curve_applies
 from ._dense import dense_by_size, dense_eligible, dense_search
 from ._duplicates import DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
-from ._magnitude import arithmetic, magnitudes
+from ._exact_tile_kernel import exact_tile_scores, scores_within
 from ._float64_order import FLOAT64_ORDER_METRICS, Float64Tiles, certified_rows, needs_float64_order, rescore
+from ._fused_kernel import fused_candidates
+from ._magnitude import arithmetic, magnitudes
+from ._plan import _KERNEL_PRECISION, SearchPlan, _fits_resident, _scores_directly, candidate_count, plan_search
+from ._references import _References
+from ._rerank import _exact_scan, _rerank
 
-__all__ = ["knn_search", "candidate_count", "fused_unsupported", "choose_backend"]
-
-
-def candidate_count(k: int, n_ref: int, precision: str = "exact") -> int:
-    """Candidates kept per query before the exact re-rank (k plus a margin).
-
-    Reduced-precision searches keep a wider margin: their larger error bound
-    needs a larger gap between the k-th and the last kept score to certify.
-    """
-    margin = max(16, k // 4) if precision == "exact" else max(64, k)
-    return min(n_ref, k + margin)
-
-
-# queries per fused launch: 1M x 32,768 x 8 ran as four launches of 2^18 with ~100 small
-# torch ops each around them (re-rank, certificate), measured at nearly half of the search
-_FUSED_QUERY_ROWS = 1 << 20
-
-
-# candidates per query of the fused kernel, as a multiple of k + 1, by search precision
-_FUSED_MARGIN = {"exact": 1, "tf32": 4, "bf16": 8}
-
-
-# Searches of at most this many (query, reference) pairs keep twice the candidates: a retry
-# round (a host wait and ~100 launches, ~2 ms even for one row) costs more than the wider
-# list. Measured at k = 7 with 16 instead of 8 candidates: the physics search (12,000 x 32,768
-# x 65, one row retried at 8) took about 40 % less time; of the larger searches 1M x 32,768 x 8
-# and all-kNN of 262,144 x 64 were 6-7 % slower (no row retried against ~1,800), all-kNN of
-# 262,144 x 8 4 % faster (BENCHMARKS.md, "Design measurements quoted in the code").
-_FUSED_WIDE_MAX_PAIRS = 1 << 33
-
-
-def fused_candidate_count(k: int, n_ref: int, precision: str = "exact", n_query: int | None = None) -> int:
-    """The fused kernel keeps a power of two of candidates, at least k + 1.
-
-    A smaller margin than the torch path's: every kept candidate costs the
-    kernel registers and insertions, the (k+1)-th best is enough for the
-    certificate on most rows of continuous data, and an uncertified row is
-    still answered exactly by the retry. Reduced precisions keep 4x (tf32) or
-    8x (bf16) more, and searches of up to ``_FUSED_WIDE_MAX_PAIRS`` pairs
-    (``n_query`` given) twice as many, where a retry round costs more than
-    the wider list.
-    """
-    margin = _FUSED_MARGIN[precision]
-    count = max(2, 1 << (min(n_ref, margin * (k + 1)) - 1).bit_length())
-    if n_query is not None and n_query * n_ref <= _FUSED_WIDE_MAX_PAIRS:
-        wide = max(2, 1 << (min(n_ref, 2 * margin * (k + 1)) - 1).bit_length())
-        if wide <= MAX_FUSED_CANDIDATES:  # else the register budget allows only the usual list
-            count = wide
-    return count
-
-
-# the kernel's dot-product arithmetic for each search precision (see core.triton.knn)
-_KERNEL_PRECISION = {"exact": None, "tf32": "tf32", "bf16": "bf16"}
-
-
-def fused_unsupported(metric: Metric, dtype: torch.dtype, k: int, n_ref: int, precision: str = "exact") -> str | None:
-    """Why the fused Triton kernel cannot run a search, or None when it can."""
-    if metric.name not in FUSED_METRICS:
-        return f"metric {metric.name!r} has no Triton kernel (supported: {', '.join(sorted(FUSED_METRICS))})"
-    if dtype != torch.float32:
-        return "the Triton kernels compute in float32 and the data is float64"
-    if fused_candidate_count(k, n_ref, precision) > MAX_FUSED_CANDIDATES:
-        return (f"k={k} needs more candidates than the kernel's register budget ({MAX_FUSED_CANDIDATES}) at precision={precision!r}; "
-                "larger k runs on the torch selection")
-    return None
-
-
-# Where backend="auto" takes the fused kernel, by measurement (BENCHMARKS.md, "Design
-# measurements quoted in the code"): on all-kNN of 262,144 uniform points at k = 7 the fused
-# kernel beat the torch engine at every d from 8 to 80 (about 3.5x at d = 8, 1.7x at d = 64
-# once |y|^2 became a bias, knn.BIAS_MIN_FEATURES; 1.6x at d = 80 with the features past 64 as
-# FMAs, knn.MAX_DOT_TAIL), and 3.4x on 1M x 10 at k = 20. Above 80 several tl.dot steps
-# return, unmeasured. Small searches are launch- and compile-bound.
-AUTO_FUSED_METRICS = ("euclidean", "sqeuclidean", "cosine", "inner_product")
-AUTO_FUSED_MAX_FEATURES = 80
-AUTO_FUSED_MIN_PAIRS = 1 << 26
-
-
-def auto_prefers_fused(metric: Metric, dtype: torch.dtype, k: int, n_query: int, n_ref: int, n_features: int,
-                       precision: str = "exact") -> bool:
-    """Whether ``backend="auto"`` runs this search on the fused kernel (see ``AUTO_FUSED_*``)."""
-    return (metric.name in AUTO_FUSED_METRICS and n_features <= AUTO_FUSED_MAX_FEATURES
-            and n_query * n_ref >= AUTO_FUSED_MIN_PAIRS and fused_unsupported(metric, dtype, k, n_ref, precision) is None)
-
-
-def choose_backend(backend, device: torch.device, metric: Metric, dtype: torch.dtype, k: int, n_ref: int) -> str:
-    """Resolve ``backend`` for the searches of one call.
-
-    Returns ``"torch"``, ``"triton"``, or ``"auto"`` where the Triton kernel is
-    available and the choice depends on each search's shape, which
-    :func:`knn_search` makes with :func:`auto_prefers_fused`.
-    """
-    resolved = resolve_backend(backend, device, has_triton_kernel=True)
-    requested = backend if backend is not None else get_config()["backend"]
-    if resolved == "triton" and requested == "auto":
-        return "auto"
-    return resolved
+__all__ = ["knn_search"]
 
 
 def _range_plan(ref: torch.Tensor, query: torch.Tensor, largest: float | None = None, tiniest: float | None = None):
@@ -155,111 +58,6 @@ def _range_plan(ref: torch.Tensor, query: torch.Tensor, largest: float | None = 
     if largest is None or (tiniest is None and ref.dtype != torch.float64):
         largest, tiniest = magnitudes(ref) if query is ref else magnitudes(ref, query)
     return arithmetic(ref.dtype, largest, math.inf if tiniest is None else tiniest)
-
-
-def _max_scale(scales):
-    """Largest of the per-tile reference scales, kept on the device (no host sync)."""
-    if len(scales) == 1:
-        return scales[0]
-    return torch.stack(scales).amax() if scales else 0.0
-
-
-def _fits_resident(ref: torch.Tensor, device: torch.device) -> bool:
-    """Whether the references stay on the device (with room for their prepared copies) rather than stream."""
-    return same_device(ref.device, device) or fits_on_device(3 * ref.numel() * ref.element_size(), device)
-
-
-class _References:
-    """Reference rows as tiles on the device: kept resident when they fit, else streamed from host."""
-
-    def __init__(self, ref: torch.Tensor, metric: Metric, rows_per_tile: int, device: torch.device, resident: bool | None = None):
-        self.metric = metric
-        self.rows_per_tile = rows_per_tile
-        self.device = device
-        self.host = ref
-        self.resident = _fits_resident(ref, device) if resident is None else resident
-        self.data = ref.to(device) if self.resident else ref
-        # from the device copy when there is one: torch's float64 sums ran ~10 ms on the
-        # host for 32,768 x 65 floats, a third of a small search from NumPy
-        self.centre = metric.centre(self.data)
-        self._prepared = None
-        self._by_feature = None
-        self._sample = None
-        self._curve = None
-        self.scale = None
-        if self.resident:
-            self._prepared = [
-                (start, self.metric.prepare(chunk, self.centre, "ref"))
-                for start, chunk in iter_row_chunks(self.data, rows_per_tile, device)
-            ]
-            self.scale = _max_scale([metric.ref_scale(p) for _, p in self._prepared])
-
-    def prepared_tiles(self):
-        """Yield ``(start, prepared_rows)``; also fills ``scale`` on a streamed first pass."""
-        if self._prepared is not None:
-            yield from self._prepared
-            return
-        scales = []
-        for start, chunk in iter_row_chunks(self.data, self.rows_per_tile, self.device):
-            prepared = self.metric.prepare(chunk, self.centre, "ref")
-            scales.append(self.metric.ref_scale(prepared))
-            yield start, prepared
-        self.scale = _max_scale(scales)
-
-    def raw_tiles(self):
-        yield from iter_row_chunks(self.data, self.rows_per_tile, self.device)
-
-    def curve_order(self) -> "_CurveOrder":
-        """The resident references' space-filling-curve order (computed once)."""
-        if self._curve is None:
-            self._curve = _CurveOrder(self.data)
-        return self._curve
-
-    def threshold_sample(self, size: int) -> torch.Tensor:
-        """A fixed random sample of ``size`` resident references, feature-major (d, size)."""
-        if self._sample is None or self._sample.shape[1] != min(size, self.data.shape[0]):
-            n = self.data.shape[0]
-            pick = torch.randperm(n, generator=torch.Generator().manual_seed(0))[: min(size, n)].sort().values
-            self._sample = self._feature_major()[:, pick.to(self.device)].contiguous()
-        return self._sample
-
-    def _feature_major(self) -> torch.Tensor:
-        if self._by_feature is None:
-            self._by_feature = self.data.T.contiguous()
-        return self._by_feature
-
-    def feature_major_tiles(self):
-        """Yield ``(start, tile)`` with each tile feature-major, (d, rows), rows contiguous."""
-        if self.resident:
-            by_feature = self._feature_major()
-            for start in range(0, by_feature.shape[1], self.rows_per_tile):
-                yield start, by_feature[:, start : start + self.rows_per_tile]
-            return
-        for start, chunk in self.raw_tiles():
-            yield start, chunk.T.contiguous()
-
-    def gather(self, index: torch.Tensor) -> torch.Tensor:
-        """Rows at ``index`` (any shape), on the device."""
-        flat = index.clamp(min=0).reshape(-1)
-        if self.resident:
-            rows = self.data.index_select(0, flat)
-        else:
-            rows = self.host.index_select(0, flat.cpu()).to(self.device)
-        return rows.reshape(*index.shape, self.data.shape[1])
-
-    def exact_scores(self, Q: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """``metric.exact_scores`` of query ``Q[i]`` against references ``index[i, j]`` (padding: any value).
-
-        Resident references of few features are gathered one feature at a time from
-        a feature-major copy and never assembled into rows: the row gather
-        (``index_select``) and stacking gathered features were measured at most of
-        a k = 2048 search (21M candidates of 8 floats; BENCHMARKS.md).
-        """
-        if not (self.resident and self.metric.sums_by_feature(Q.shape[1])):
-            return self.metric.exact_scores(Q, self.gather(index))
-        by_feature = self._feature_major()
-        flat = index.clamp(min=0).reshape(-1)
-        return self.metric.exact_scores_by_feature(Q.contiguous(), lambda f: by_feature[f].index_select(0, flat).view(index.shape))
 
 
 def _mask_self(scores: torch.Tensor, query_ids: torch.Tensor, r0: int) -> None:
@@ -319,55 +117,6 @@ def _keep_best(values, index, new_values, new_index, c):
         return values, index
     values, pos = torch.topk(values, c, dim=1, largest=False, sorted=False)
     return values, index.gather(1, pos)
-
-
-class _SearchPlan:
-    """How one search runs: backend, candidate counts, tile plans (see :func:`plan_search`)."""
-
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
-
-
-def plan_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *, device: torch.device, budget_bytes: int,
-                backend: str = "torch", precision: str = "exact") -> _SearchPlan:
-    """Decide how :func:`knn_search` runs a search (no GPU work, no host wait)."""
-    n_query, d = query.shape
-    n_ref = ref.shape[0]
-    dtype = ref.dtype
-    if not metric.uses_matmul:  # scored by direct differences: no product for precision to round
-        precision = "exact"
-    c = candidate_count(k, n_ref, precision)
-    # the kernel scores low-dimensional L2 by direct differences too
-    fused_precision = "exact" if _scores_directly(metric, d) else precision
-    # above the fused kernel's register budget, Triton selects from exact score tiles
-    # the re-rank's selection runs on the Triton kernel for any search that may use Triton
-    # (backend="torch" stays pure torch): bit for bit the torch path's results, one launch
-    # instead of ~100 at few features (StreamingLOF's windows: 372 launches per window in all)
-    kernel_rerank = backend in ("auto", "triton") and device.type == "cuda"
-    tile_select = backend in ("auto", "triton") and exact_tiles_apply(metric, dtype, k, n_ref, d)
-    if tile_select:
-        backend = "triton"
-    elif backend == "auto":
-        backend = "triton" if auto_prefers_fused(metric, dtype, k, n_query, n_ref, d, fused_precision) else "torch"
-    elif backend == "triton":
-        reason = fused_unsupported(metric, dtype, k, n_ref, fused_precision)
-        if reason:
-            raise ValueError(f"backend='triton' cannot run this search: {reason}; use backend='torch' or 'auto'")
-    fused = backend == "triton" and not tile_select
-    direct = fused and _scores_directly(metric, d)
-    if fused:
-        precision = fused_precision
-        c = fused_candidate_count(k, n_ref, precision, n_query)
-    plan = retry_plan = plan_tiles(n_query, n_ref, d, c, ref.element_size(), budget_bytes)
-    resident = _fits_resident(ref, device)
-    if fused:
-        # the fused kernel keeps only (queries x c) candidates and no tile: one block holds
-        # many queries, and resident references go to one launch as a whole
-        plan = TilePlan(query_rows=min(n_query, _FUSED_QUERY_ROWS), ref_rows=n_ref if resident else plan.ref_rows,
-                        budget_bytes=budget_bytes)
-    return _SearchPlan(k=k, metric=metric, device=device, backend=backend, precision=precision, c=c, fused=fused, direct=direct,
-                       tile_select=tile_select, kernel_rerank=kernel_rerank, plan=plan, retry_plan=retry_plan,
-                       resident=resident, n_ref=n_ref)
 
 
 def knn_search(
@@ -436,7 +185,7 @@ def knn_search(
     # the metrics whose order is float64 on every path (cosine and inner product are float32-ordered)
     if (device.type == "cpu" and backend != "triton" and (query is ref or not exclude_self)
             and metric.name in FLOAT64_ORDER_METRICS):
-        from ._cpu_search import cpu_search
+        from ._host import cpu_search
 
         found = cpu_search(ref, query, k, metric, exclude_self=exclude_self, budget_bytes=budget_bytes, stats=stats)
         if found is not None:  # float64 exact scores rounded to the data's dtype, as the engine reports them
@@ -653,7 +402,7 @@ def finish_scores(scores: torch.Tensor, metric: Metric, as_distance: bool, scale
     return scores
 
 
-def first_pass(sp: _SearchPlan, refs: "_References", Q: torch.Tensor, q0: int, exclude_self: bool):
+def first_pass(sp: SearchPlan, refs: "_References", Q: torch.Tensor, q0: int, exclude_self: bool):
     """Candidates, exact re-rank and certificate of one query block, with no host wait.
 
     Returns ``(scores, index, certified, Qp, ids)``: the best k by exact score,
@@ -676,7 +425,7 @@ def first_pass(sp: _SearchPlan, refs: "_References", Q: torch.Tensor, q0: int, e
 class _Retries:
     """Settles the rows a block's certificate left open: wider candidate lists, then an exact scan."""
 
-    def __init__(self, sp: _SearchPlan, refs: "_References", ref: torch.Tensor, exclude_self: bool):
+    def __init__(self, sp: SearchPlan, refs: "_References", ref: torch.Tensor, exclude_self: bool):
         self.sp, self.refs, self.ref, self.exclude_self = sp, refs, ref, exclude_self
         self.retry_refs = None  # retries on the torch selection run on its own (narrower) reference tiles
         self.n_fallback = self.n_retried = 0
@@ -802,23 +551,6 @@ def _within_threshold_topk(QT: torch.Tensor, refs: _References, k: int, q0: int,
     # everything left out scores above the threshold, so above every kept score: no tie to settle
     failed = ((count < k) | (count > cap)).nonzero().squeeze(1)
     return values.contiguous(), index, failed
-
-
-def exact_tiles_apply(metric: Metric, dtype: torch.dtype, k: int, n_ref: int, d: int) -> bool:
-    """Whether a Triton search selects from exact score tiles (:func:`_exact_tile_topk`).
-
-    For k beyond the fused kernel's register budget, at few features (where the
-    exact form is as cheap as a tile product), float32, and at least k + 2
-    references (k + 1 left after excluding a query itself).
-    """
-    return (metric.name in EXACT_TILE_METRICS and dtype == torch.float32 and 0 < d <= EXACT_TILE_MAX_FEATURES
-            and k >= EXACT_TILES_MIN_K and n_ref >= k + 2 and fused_unsupported(metric, dtype, k, n_ref) is not None)
-
-
-# Smallest k for exact tiles (beyond the fused kernel's budget anyway); a knob for same-run A/B
-# timings against the candidate path: the threshold selection measured faster from k = 256
-# (slightly, at 32,768^2, d = 8) to k = 2048 (twice as fast) (BENCHMARKS.md)
-EXACT_TILES_MIN_K = 256
 
 
 def _exact_tile_topk(Q: torch.Tensor, refs: _References, k: int, q0: int, exclude_self: bool):
@@ -950,182 +682,3 @@ def _reached_by_excluded(values: torch.Tensor, c: int) -> torch.Tensor:
     return values.view(values.shape[0], -1, C).amax(2).amin(1)
 
 
-# metrics whose neighbours are near in the raw coordinates, so a curve order of the raw rows helps
-_CURVE_METRICS = ("euclidean", "sqeuclidean", "manhattan")
-# The curve order costs ~60 small launches and two sorts (~1 ms on the host), which pays where
-# the kernel's insertions are a large share (few features) or the search is large: with many
-# features it measured slower, by about 30 % on the small physics search (12,000 x 32,768 x 65)
-# and by 1-4 % on all-kNN of 262,144 points at d = 64 and 65 (BENCHMARKS.md).
-# Module values, so benchmarks can compare both orders in one run.
-CURVE_MAX_FEATURES = 16
-CURVE_MIN_QUERIES = 1 << 16
-
-
-def _curve_applies(metric: Metric, d: int, n_query: int) -> bool:
-    """Whether a one-tile fused search visits references in curve order (:class:`_CurveOrder`)."""
-    return metric.name in _CURVE_METRICS and (d <= CURVE_MAX_FEATURES or n_query >= CURVE_MIN_QUERIES)
-
-
-class _CurveOrder:
-    """References sorted along a Morton (Z-order) curve, and where queries fall on it.
-
-    The fused kernel keeps each query's best candidates while it streams the
-    references; when the first tiles it sees hold the query's neighbours, its
-    threshold is tight from the start and later tiles rarely enter the
-    insertion loop. Simulated for 65,536 uniform 8-d points (64 x 64 tiles,
-    C = 8): insertion-loop passes per tile 0.66 in index order, 0.15 in curve
-    order from each block's own place. Codes interleave ``bits`` bits of the
-    ``dims`` features of widest range, quantised over the references' range.
-    """
-
-    def __init__(self, data: torch.Tensor):
-        lo, hi = data.amin(0), data.amax(0)
-        self.dims = torch.argsort(hi - lo, descending=True)[: min(data.shape[1], _CURVE_MAX_DIMS)]
-        self.bits = max(1, min(10, 62 // len(self.dims)))
-        self.lo, self.span = lo[self.dims], (hi - lo)[self.dims].clamp(min=torch.finfo(data.dtype).tiny)
-        # each level's bits spread to every len(dims)-th position: a feature's part of a code is
-        # one lookup (no (rows x dims x bits) temporaries, which cost a measurable share of a 1M-query search)
-        dims = len(self.dims)
-        levels = torch.arange(1 << self.bits, device=data.device)
-        shifts = torch.arange(self.bits, device=data.device)
-        self._spread = (((levels[:, None] >> shifts) & 1) << (shifts * dims)).sum(1)
-        self._offsets = dims - 1 - torch.arange(dims, device=data.device)
-        codes = self.codes(data)
-        self.sorted_codes, self.perm = torch.sort(codes, stable=True)
-        self.inverse = torch.empty_like(self.perm)
-        self.inverse[self.perm] = torch.arange(len(self.perm), device=self.perm.device)
-
-    def codes(self, X: torch.Tensor) -> torch.Tensor:
-        levels = 1 << self.bits
-        # NaN (a captured search reads its data unchecked, see _graphs) must not become an index
-        q = torch.nan_to_num((X[:, self.dims] - self.lo) / self.span * levels, nan=0.0).floor().clamp(0, levels - 1).long()
-        # bit b of feature j goes to position b * dims + (dims - 1 - j): highest bits first
-        # (disjoint bits, so the sum is their OR)
-        return (self._spread[q] << self._offsets).sum(1)
-
-    def place(self, Q: torch.Tensor):
-        """Queries in curve order (``perm``), and each one's position among the references."""
-        codes = self.codes(Q)
-        sorted_codes, q_perm = torch.sort(codes, stable=True)
-        return q_perm, torch.searchsorted(self.sorted_codes, sorted_codes)
-
-
-_CURVE_MAX_DIMS = 16
-
-
-def _scores_directly(metric: Metric, d: int) -> bool:
-    """Whether the fused kernel scores this search by direct differences (see ``DIRECT_L2_MAX_FEATURES``)."""
-    return not metric.uses_matmul or (metric.name in ("euclidean", "sqeuclidean") and d <= DIRECT_L2_MAX_FEATURES)
-
-
-# At this many features or fewer the fused kernel scores L2 by direct differences, whose error
-# is relative to the distance itself. The tile form's error grows with |x|^2 + max |y|^2:
-# all-kNN of 1M 2-d Gaussian points failed that certificate on 65-94 % of the rows (k-th
-# squared distances ~1e-5 against a bound ~4e-5), and the torch retries took seconds.
-DIRECT_L2_MAX_FEATURES = 3
-
-
-def _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, query_ids, exclude_self, plan, direct=False,
-            precision="exact", on_kernel=False):
-    """Exact scores of the candidates, the best k by (score, index), and which rows are certified.
-
-    ``cth``: per row, a candidate-phase score that every reference left out
-    reaches. ``direct``: the candidate scores are direct-difference sums (the
-    fused kernel's low-dimensional L2), whose error bound is relative to the score.
-    ``on_kernel``: a search that may use Triton, whose selection (and at few
-    features the exact scoring) runs as one launch (:mod:`gpumine.core.triton.rerank`),
-    with the torch path's results bit for bit.
-    """
-    q, d = Q.shape
-    # exact per-pair scores of the candidates, in query sub-blocks that fit the budget
-    itemsize = Q.element_size()
-    sub = max(1, min(q, plan.budget_bytes // max(1, 3 * cand_index.shape[1] * (d + 4) * itemsize)))
-    one_block = sub >= q  # the block's selection is the result: no output to assemble
-    if not one_block:
-        scores = torch.empty((q, k), dtype=Q.dtype, device=Q.device)
-        index = torch.empty((q, k), dtype=torch.int64, device=Q.device)
-    select_on_kernel = (on_kernel and RERANK_KERNEL_AVAILABLE and Q.dtype == torch.float32
-                        and cand_index.shape[1] <= RERANK_MAX_WIDTH)
-    # the kernel scores L2/L1 candidates itself at any d, in Metric.exact_scores' order: from the
-    # feature-major copy at few features, else from the rows (at 65 features the torch gather and
-    # broadcast were a measurable share of the physics search; BENCHMARKS.md)
-    score_on_kernel = select_on_kernel and refs.resident and metric.name in RERANK_SCORED_METRICS
-    references = {"RT": refs._feature_major()} if score_on_kernel and d <= RERANK_MAX_FEATURES else {"R": refs.data}
-    for s in range(0, q, sub):
-        ci = cand_index[s : s + sub]
-        if select_on_kernel:
-            own = query_ids[s : s + sub] if exclude_self else None
-            if score_on_kernel:
-                v, i = rerank_select(ci, k, Q=Q[s : s + sub], metric_name=metric.name, own=own, **references)
-            else:
-                v, i = rerank_select(ci, k, scores=refs.exact_scores(Q[s : s + sub], ci), own=own)
-        else:
-            exact = refs.exact_scores(Q[s : s + sub], ci)
-            invalid = ci < 0
-            if exclude_self:
-                own = query_ids[s : s + sub, None]
-                invalid |= ci == own
-            exact = torch.where(invalid, torch.full_like(exact, float("inf")), exact)
-            v, i = topk_by_score_then_index(exact, torch.where(invalid, torch.full_like(ci, PAD_INDEX), ci), k)
-        if one_block:
-            scores, index = v, i
-        else:
-            scores[s : s + sub], index[s : s + sub] = v, i
-    # Every reference left out has a tile score >= cth, so an exact score >= cth + offset - low;
-    # when that is above the exact k-th score, nothing left out can be among the k nearest,
-    # ties included (in float64, so the test itself does not round). An infinite or NaN largest
-    # candidate can only come from overflow (padding means every reference is a candidate,
-    # handled below), so it must not certify a row.
-    if direct:  # direct sums are exact scores up to rounding: no offset
-        low, offset, offset_error = metric.relative_bounds(d, cth, cth)[0], 0.0, 0.0
-    else:
-        low = metric.bounds(Qp, refs.scale, d, Q.device, cth, cth, precision)[0]
-        offset, offset_error = (t.double() for t in metric.tile_offset(Qp, d))
-    certified = cth.double() + offset - low.double() - offset_error > scores[:, k - 1].double()
-    if c >= n_ref:
-        certified = torch.ones_like(certified)
-    return scores, index, certified
-
-
-def _exact_scan(Q: torch.Tensor, query_ids: torch.Tensor, refs: _References, metric: Metric, k: int, exclude_self: bool, budget_bytes: int):
-    """Top-k by per-pair exact scores over every reference (for rows the certificate could not settle).
-
-    One pass over the references whatever the ties: each (query block x
-    reference part) score tile is reduced to its best k by (score, index) and
-    merged into the running lists. On a GPU with Triton the tiles come from the
-    exact-tile kernel (float32, up to ``EXACT_TILE_MAX_FEATURES`` features, bit
-    for bit ``Metric.exact_scores``), which needs no (pairs x features) temporaries.
-    """
-    q, d = Q.shape
-    best_v = torch.full((q, k), float("inf"), dtype=Q.dtype, device=Q.device)
-    best_i = torch.full((q, k), PAD_INDEX, dtype=torch.int64, device=Q.device)
-    if q == 0:
-        return best_v, best_i
-    on_kernel = (Q.device.type == "cuda" and Q.dtype == torch.float32 and metric.name in EXACT_TILE_METRICS
-                 and 0 < d <= EXACT_TILE_MAX_FEATURES and exact_tile_available())
-    # the kernel's tiles hold scores only; the torch form holds (pairs x features) temporaries
-    pair_budget = max(1, budget_bytes // ((3 if on_kernel else 3 * (d + 2)) * Q.element_size()))
-    q_block = min(q, max(1, pair_budget // max(4 * k, 1024)))
-    step = max(1, pair_budget // q_block)
-    tiles = refs.feature_major_tiles() if on_kernel else refs.raw_tiles()
-    for r0, R in tiles:
-        n_part = R.shape[1] if on_kernel else R.shape[0]
-        for s0 in range(0, n_part, step):
-            part = R[:, s0 : s0 + step] if on_kernel else R[s0 : s0 + step]
-            width = part.shape[1] if on_kernel else part.shape[0]
-            start = r0 + s0
-            for b0 in range(0, q, q_block):
-                Qb, ids = Q[b0 : b0 + q_block], query_ids[b0 : b0 + q_block]
-                S = exact_tile_scores(Qb.T, part, metric.name) if on_kernel else metric.exact_scores(Qb, part.unsqueeze(0))
-                if exclude_self:
-                    cols = ids - start
-                    inside = (cols >= 0) & (cols < width)
-                    rows = inside.nonzero().squeeze(1)
-                    S[rows, cols[rows]] = float("inf")
-                v, col = topk_smallest(S, min(k, width))
-                idx = col + start
-                if exclude_self:  # a masked own entry is padding, never a neighbour
-                    idx = torch.where(torch.isinf(v) & (idx == ids[:, None]), torch.full_like(idx, PAD_INDEX), idx)
-                best_v[b0 : b0 + q_block], best_i[b0 : b0 + q_block] = merge_topk(
-                    best_v[b0 : b0 + q_block], best_i[b0 : b0 + q_block], v, idx, k)
-    return best_v, best_i

@@ -31,7 +31,7 @@ are few queries (the 12,000-query physics case); the split lists are merged
 afterwards, or handed over side by side (``merge_splits=False``) to a caller
 whose exact re-rank sorts them anyway.
 
-The torch twin is ``gpumine.neighbors._engine._candidates``: both return, per
+The torch twin is ``gpumine.neighbors.engine._search._candidates``: both return, per
 query, ``C`` candidates whose excluded references all score at least the
 C-th kept one; the engine's exact re-rank and certificate then give identical
 final results for either.
@@ -51,8 +51,8 @@ except ImportError:  # pragma: no cover - exercised on machines without triton
     triton = None
     tl = None
 
-from ..select import topk_by_score_then_index
-from . import knn_tuning
+from ...core.select import topk_by_score_then_index
+from . import _fused_tuning as knn_tuning
 
 __all__ = ["fused_candidates", "FUSED_METRICS", "MAX_FUSED_CANDIDATES", "DOT_PRECISION"]
 
@@ -416,7 +416,7 @@ def fused_candidates(
         but among equal scores at that place the lower index is not guaranteed.
     block_m, block_n, num_warps, splits, block_k : int, optional
         Launch shape; by default the shape recorded for this shape class by
-        tuning (:mod:`gpumine.core.triton.knn_tuning`), else :func:`default_blocks`,
+        tuning (:mod:`gpumine.neighbors.engine._fused_tuning`), else :func:`default_blocks`,
         and ``splits`` so that small query sets still give every SM work.
     precision : {"tf32x3", "ieee", "tf32", "bf16"}, optional
         How prepared rows' dot products are computed (default ``DOT_PRECISION``).

@@ -1,6 +1,6 @@
 """Exact kNN on the host: a KD-tree at few features, blocked matrix products above.
 
-The torch tile engine (:mod:`gpumine.neighbors._engine`) is built for GPUs; on the
+The torch tile engine (:mod:`gpumine.neighbors.engine._search`) is built for GPUs; on the
 host a KD-tree (SciPy's ``cKDTree``) or a BLAS brute force with a cheap
 selection does the same search many times faster. :func:`cpu_search` runs one
 of the two, or returns None where neither applies (the engine then runs).
@@ -64,7 +64,7 @@ import time
 import numpy as np
 import torch
 
-from ..core.distance import Metric
+from ...core.distance import Metric
 
 __all__ = ["cpu_search", "CPU_TREE_SEARCH", "TREE_ALWAYS_FEATURES", "TREE_MAX_FEATURES"]
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import torch
 
-from ..distance import EXACT_SUM_CHUNK, SEQUENTIAL_MAX_FEATURES
-from ..select import PAD_INDEX, topk_by_score_then_index
+from ...core.distance import EXACT_SUM_CHUNK, SEQUENTIAL_MAX_FEATURES
+from ...core.select import PAD_INDEX, topk_by_score_then_index
 
 try:
     import triton
@@ -173,7 +173,7 @@ def rerank_select_torch(index: torch.Tensor, k: int, *, scores: torch.Tensor | N
                         RT: torch.Tensor | None = None, R: torch.Tensor | None = None, metric_name: str | None = None,
                         own: torch.Tensor | None = None):
     """The torch twin of :func:`rerank_select` (same arguments, the same result bit for bit)."""
-    from ..distance import get_metric
+    from ...core.distance import get_metric
 
     _check(index, k, scores, Q, RT, R, metric_name, own)
     if scores is None:

@@ -8,7 +8,7 @@ quoted in the code").
 
 The first pass of a one-block fused search (validation reductions, the references'
 and queries' preparation, the kernel, the exact re-rank and the certificate;
-:func:`~gpumine.neighbors._engine.first_pass`) has no host wait, so it can be
+:func:`~gpumine.neighbors.engine._search.first_pass`) has no host wait, so it can be
 captured. A shape seen a second time is captured into a graph with its own input
 buffers; later calls copy their operands into those buffers, replay the graph and
 wait once for a few numbers: the data's extremes (NaN, infinity and magnitude, as
@@ -34,9 +34,9 @@ import threading
 import numpy as np
 import torch
 
-from ..config import working_memory_bytes
-from ..core.distance import Metric
-from ._engine import (_References, _Retries, _range_plan, finish_scores, first_pass, float64_list_width, order_by_float64,
+from ...config import working_memory_bytes
+from ...core.distance import Metric
+from ._search import (_References, _Retries, _range_plan, finish_scores, first_pass, float64_list_width, order_by_float64,
                       plan_search)
 from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range
 from . import _dense
@@ -152,7 +152,7 @@ class _CapturedSearch:
         self.span = (float(extremes[0::2].min()), float(extremes[1::2].max()))
         if not np.isfinite(extremes).all():
             return None
-        # data to scale or to search in float64 goes the eager way (see gpumine.neighbors._magnitude)
+        # data to scale or to search in float64 goes the eager way (see gpumine.neighbors.engine._magnitude)
         if _range_plan(self.ref_in, self.query, float(np.abs(extremes).max()), tiniest) != (torch.float32, None):
             return None
         if open_rows:
@@ -375,7 +375,7 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
     operand_bytes = 4 * (ref.numel() + (0 if exclude_self else query.numel()))
     if n_query == 0 or operand_bytes > GRAPH_MAX_INPUT_BYTES or torch.cuda.is_current_stream_capturing():
         return None
-    from ..core.triton import knn_tuning
+    from . import _fused_tuning as knn_tuning
 
     if knn_tuning.tuning_results() is not None:  # tuning times launches one by one
         return None
@@ -385,9 +385,9 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
             return _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host,
                                 result_device, as_distance)
         # larger searches choose between the fused kernel and a dense pass by the data (a probe,
-        # duplicates; see gpumine.neighbors._engine._runs_dense): the eager path decides
+        # duplicates; see gpumine.neighbors.engine._search._runs_dense): the eager path decides
         return None
-    # float32 lists one longer, for the float64 order (see gpumine.neighbors._float64_order)
+    # float32 lists one longer, for the float64 order (see gpumine.neighbors.engine._float64_order)
     width = float64_list_width(k, n_ref, exclude_self) if metric.name in FLOAT64_ORDER_METRICS else k
     key = _key(ref, query, width, metric, exclude_self, device, backend, precision, working_memory, to_host and width == k)
     entry, stays_eager = _cached(key)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core.select import PAD_INDEX, topk_by_score_then_index
+from ...core.select import PAD_INDEX, topk_by_score_then_index
 
 __all__ = ["UniqueRows", "DEDUP_METRICS", "DEDUP_MAX_FRACTION"]
 

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.distance import Metric
-from ..core.select import PAD_INDEX
+from ...core.distance import Metric
+from ...core.select import PAD_INDEX
 
 __all__ = ["DENSE_METRICS", "DENSE_MAX_PAIRS", "DENSE_MIN_FEATURES_ALWAYS", "dense_applies", "dense_by_size", "dense_eligible",
            "dense_search", "DenseReferences", "first_pass", "settle", "integer_centre", "integer_centre_on_device", "tile_dtype_for", "candidates_for"]
@@ -45,7 +45,7 @@ __all__ = ["DENSE_METRICS", "DENSE_MAX_PAIRS", "DENSE_MIN_FEATURES_ALWAYS", "den
 DENSE_METRICS = ("euclidean", "sqeuclidean")
 # Searches of at most this many (query, reference) pairs run dense on a GPU, and so do those at
 # more features than the fused kernel takes (DENSE_MIN_FEATURES_ALWAYS). Larger ones are probed
-# (gpumine.neighbors._engine): the fused kernel, whose threshold keeps most pairs out of any
+# (gpumine.neighbors.engine._search): the fused kernel, whose threshold keeps most pairs out of any
 # selection, where it certifies a sample of the queries, else dense.
 DENSE_MAX_PAIRS = 1 << 26
 DENSE_MIN_FEATURES_ALWAYS = 81

@@ -1,0 +1,36 @@
+"""The exact kNN search engine behind every kNN-based estimator in gpumine.
+
+One entry point, :func:`knn_search`: the ``k`` nearest references of every
+query row, exact under the tie rule (equal scores: lower reference index), on
+any device. Everything else here decides how a search runs or runs one part
+of it; estimators, outlier detectors and streams import only the names below.
+
+How a search runs (each module holds one part, its Triton kernels beside their
+torch twins):
+
+* ``_plan``: how a search runs, decided before any work (:class:`SearchPlan`:
+  backend, candidate counts, tile plans).
+* ``_search``: :func:`knn_search` and the choice between the paths below; the
+  tile engine (candidates per tile of references, merged top-k, re-rank with
+  exact scores, certificate, retries for rows it cannot certify).
+* ``_host``: searches on the CPU (a KD-tree or BLAS products with a cheap
+  selection, then exact float64 scores).
+* ``_dense``: L2 searches on a GPU from one product per block of queries, a
+  float64 re-score of the candidates and a radius pass for rows with ties.
+* ``_float64_order``: the order by float64 exact scores for float32 data.
+* ``_duplicates``: exact duplicate rows collapsed before a search.
+* ``_magnitude``: data near the ends of the float range scaled or widened.
+* ``_graphs``: repeated small searches captured and replayed as CUDA graphs.
+* ``_fused_kernel`` / ``_fused_tuning``: the fused Triton candidate kernel and
+  its tile-shape tuning; ``_rerank_kernel``: the re-rank and selection in one
+  launch; ``_exact_tile_kernel``: exact score tiles for large ``k``.
+"""
+
+from ._fused_tuning import tuning
+from ._graphs import clear_search_graphs, search_with_graph
+from ._magnitude import smallest_nonzero_magnitude
+from ._plan import SearchPlan, choose_backend, fused_unsupported, plan_search
+from ._search import knn_search
+
+__all__ = ["knn_search", "SearchPlan", "plan_search", "choose_backend", "fused_unsupported", "search_with_graph",
+           "clear_search_graphs", "smallest_nonzero_magnitude", "tuning"]
