@@ -151,3 +151,31 @@ def test_knn_tune_needs_a_device_that_runs_the_kernel(labelled_csv, monkeypatch,
     code = main(["knn", str(train), "--label-column", "label", "--task", "neighbors", "--device", "cpu", "--tune", "--quiet"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "--tune" in err and "--device cuda" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["knn", "lof", "outliers"])
+def test_feature_commands_share_delimiter_and_dtype(command, tmp_path, capsys):
+    # one reader and one option set: a semicolon CSV read with --delimiter, float64 with --dtype
+    X = np.array([[0.0, 1.0], [1.0, 1.0], [0.0, 0.0], [5.0, 5.0], [0.5, 0.25], [1.0, 0.0]]) + 1e8
+    text = "\n".join(";".join(repr(float(v)) for v in row) for row in X) + "\n"
+    (tmp_path / "semi.csv").write_text("a;b\n" + text)
+    np.save(tmp_path / "x.npy", X)
+    extra = {"knn": ["-k", "2"], "lof": ["-k", "2"], "outliers": ["--top", "1", "-k", "2"]}[command]
+    assert main([command, str(tmp_path / "semi.csv"), "--delimiter", ";", "--dtype", "float64", "--device", "cpu",
+                 "-o", str(tmp_path / "a.json"), "--quiet", *extra]) == 0
+    assert main([command, str(tmp_path / "x.npy"), "--device", "cpu", "-o", str(tmp_path / "b.json"), "--quiet",
+                 *extra]) == 0
+    # the float64 CSV and the float64 array (auto keeps its dtype) give the same answer
+    assert json.loads((tmp_path / "a.json").read_text()) == json.loads((tmp_path / "b.json").read_text())
+    assert main([command, str(tmp_path / "x.npy"), "--delimiter", ";", "--device", "cpu", *extra]) == 2
+    assert "--delimiter applies to CSV files" in capsys.readouterr().err
+
+
+def test_lof_float64_flag_still_works_and_names_its_replacement(tmp_path, capsys):
+    np.savetxt(tmp_path / "d.csv", np.random.default_rng(0).random((30, 2)), delimiter=",")
+    assert main(["lof", str(tmp_path / "d.csv"), "--float64", "--device", "cpu", "--quiet", "-o",
+                 str(tmp_path / "old.npy")]) == 0
+    assert "use --dtype float64" in capsys.readouterr().err
+    assert main(["lof", str(tmp_path / "d.csv"), "--dtype", "float64", "--device", "cpu", "--quiet", "-o",
+                 str(tmp_path / "new.npy")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "old.npy"), np.load(tmp_path / "new.npy"))

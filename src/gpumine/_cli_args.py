@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-__all__ = ["add_device_options", "add_deprecated_alias", "add_table_options", "header_choice", "label_column", "positive_int"]
+__all__ = ["add_device_options", "add_deprecated_alias", "add_dtype_option", "add_table_options", "header_choice", "label_column",
+           "positive_int", "read_features"]
 
 
 def add_device_options(parser: argparse.ArgumentParser, *, quiet_help: str = "no progress bar and no summary on stderr") -> None:
@@ -75,3 +76,46 @@ def add_table_options(parser: argparse.ArgumentParser, *, label_help: str) -> No
     parser.add_argument("--header", type=header_choice, default="auto", metavar="{auto,yes,no}",
                         help="CSV header row: auto (detect, the default), yes or no")
     parser.add_argument("--delimiter", default=None, help="CSV field separator (default: detect; ',' for .csv)")
+
+
+DTYPE_CHOICES = ("auto", "float32", "float64")
+_CSV_SUFFIXES = (".csv", ".tsv", ".txt", ".data", ".dat")
+
+
+def add_dtype_option(parser: argparse.ArgumentParser) -> None:
+    """``--dtype``: the features' precision, the same on every command that reads a feature table."""
+    parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto",
+                        help="features in float32 or float64; auto (the default): float32 for CSV and Parquet (the "
+                             "GPU's fast path), a .npy/.npz array's own float dtype (float64 for integers)")
+
+
+def read_features(path, *, label_column=None, header: str = "auto", delimiter=None, dtype: str = "auto"):
+    """``(X, y)`` from a data file, read the one way every command reads its table (``y`` None without a label).
+
+    ``header`` is ``--header`` (auto, yes, no) and ``delimiter`` ``--delimiter``, both for CSV files;
+    ``dtype`` is ``--dtype``.
+    """
+    import numpy as np
+
+    from .data import read_table
+
+    kwargs = {} if label_column is None else {"label_column": label_column}
+    name = str(path).lower()
+    csv_file = (name[:-3] if name.endswith(".gz") else name).endswith(_CSV_SUFFIXES)
+    if csv_file:
+        kwargs["header"] = {"auto": "infer", "yes": True, "no": False}[header]
+        kwargs["dtype"] = np.float32 if dtype == "auto" else np.dtype(dtype)
+        if delimiter is not None:
+            kwargs["delimiter"] = delimiter
+    elif name.endswith((".parquet", ".pq")) and dtype != "auto":
+        kwargs["dtype"] = np.dtype(dtype)
+    if delimiter is not None and not csv_file:
+        raise ValueError(f"--delimiter applies to CSV files; {path} is read by its format: drop --delimiter")
+    out = read_table(path, **kwargs)
+    X, y = out if label_column is not None else (out, None)
+    X = np.asarray(X)
+    if dtype != "auto":
+        X = X.astype(dtype, copy=False)
+    elif X.dtype not in (np.float32, np.float64):
+        X = X.astype(np.float64)
+    return X, None if y is None else np.asarray(y)

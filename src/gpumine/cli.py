@@ -14,7 +14,7 @@ import platform
 import sys
 import time
 
-from ._cli_args import add_device_options, header_choice, positive_int
+from ._cli_args import add_device_options, add_dtype_option, add_table_options, positive_int, read_features
 from ._cli_errors import EXPECTED_ERRORS, explain
 from ._cli_args import label_column as parse_label_column
 
@@ -45,7 +45,6 @@ def _add_knn(sub) -> None:
                         "boolean jaccard, dice, rogerstanimoto, russellrao, sokalsneath, yule (exact brute force); "
                         "seuclidean and mahalanobis need metric_params (Python API)")
     p.add_argument("--p", type=float, default=None, help="power for --metric minkowski")
-    p.add_argument("--label-column", default=None, help="label column of TRAIN (index, negative from the end, or header name)")
     p.add_argument("--task", default="auto", choices=["auto", "classify", "regress", "neighbors"])
     p.add_argument("--weights", default="uniform", choices=["uniform", "distance"])
     cluster = p.add_mutually_exclusive_group()  # --scheduler ADDRESS or --workers N, not both
@@ -58,8 +57,8 @@ def _add_knn(sub) -> None:
     p.add_argument("--radius", type=float, default=None, metavar="R",
                    help="every neighbour within distance R instead of the k nearest: neighbours come out one "
                         "(query, index, distance) row per pair; classify/regress vote or average within R")
-    p.add_argument("--header", type=header_choice, default="auto", metavar="{auto,yes,no}",
-                   help="CSV header row: auto (detect, the default), yes or no")
+    add_table_options(p, label_help="label column of TRAIN (index, negative from the end, or header name)")
+    add_dtype_option(p)
     p.add_argument("-o", "--output", default=None, help="write results to .csv, .json or .npy (default: CSV on stdout)")
     p.add_argument("--precision", default="exact", choices=["exact", "tf32", "bf16"],
                    help="arithmetic of the candidate search on tensor cores; results are exact in every mode "
@@ -71,13 +70,9 @@ def _add_knn(sub) -> None:
     p.set_defaults(func=_run_knn)
 
 
-def _read(path, label_column, header):
-    from .data import read_table
-
-    kwargs = {"label_column": label_column}
-    if str(path).lower().split(".gz")[0].endswith((".csv", ".tsv", ".txt", ".data", ".dat")):
-        kwargs["header"] = {"auto": "infer", "yes": True, "no": False}[header]
-    return read_table(path, **kwargs)
+def _read(args, path, label_column):
+    X, y = read_features(path, label_column=label_column, header=args.header, delimiter=args.delimiter, dtype=args.dtype)
+    return X if label_column is None else (X, y)
 
 
 def _run_knn(args) -> int:
@@ -95,16 +90,16 @@ def _run_knn(args) -> int:
         task = "classify" if label_column is not None else "neighbors"
     if task in ("classify", "regress") and label_column is None:
         raise UsageError(f"--task {task} needs --label-column to say which TRAIN column holds the target")
-    train = _read(args.train, label_column, args.header)
+    train = _read(args, args.train, label_column)
     X_train, y_train = train if label_column is not None else (train, None)
     y_query = None
     X_query = None
     if args.query is not None:
         n_features = X_train.shape[1]
-        query_all = _read(args.query, None, args.header)
+        query_all = _read(args, args.query, None)
         query_all = np.atleast_2d(query_all)
         if label_column is not None and query_all.shape[1] == n_features + 1:
-            query = _read(args.query, label_column, args.header)
+            query = _read(args, args.query, label_column)
             X_query, y_query = query
         else:
             X_query = query_all

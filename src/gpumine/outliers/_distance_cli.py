@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from .._cli_args import add_device_options, header_choice, positive_int
+from .._cli_args import add_device_options, add_dtype_option, add_table_options, positive_int, read_features
 from .._cli_args import label_column as parse_label_column
 
 __all__ = ["register"]
@@ -57,11 +57,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--candidates", type=_candidates, default="auto", metavar="M",
                    help="SolvingSet candidates per iteration, or 'auto' (default)")
     p.add_argument("--seed", type=int, default=0, help="seed of the first SolvingSet candidates (default 0)")
-    p.add_argument("--label-column", default=None,
-                   help="column holding labels (index, negative from the end, or header name; for .npz the "
-                        "array name, e.g. y): left out of the distances and copied to the output")
-    p.add_argument("--header", type=header_choice, default="auto", metavar="{auto,yes,no}",
-                   help="CSV header row: auto (detect, the default), yes or no")
+    add_table_options(p, label_help="column holding labels (index, negative from the end, or header name; for .npz "
+                                    "the array name, e.g. y): left out of the distances and copied to the output")
+    add_dtype_option(p)
     p.add_argument("-o", "--output", default=None, help="write the outliers to .csv, .json or .npy (default: CSV on stdout)")
     p.add_argument("--solving-set", default=None, metavar="FILE",
                    help="also write the solving set (index, weight, exact) to .csv, .json or .npy")
@@ -75,23 +73,6 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_device_options(p, quiet_help="no progress bar and no statistics on stderr")
     p.set_defaults(func=run_outliers)
     return p
-
-
-def _read(path, label_column, header):
-    from ..data import read_table
-
-    kwargs = {}
-    if label_column is not None:
-        kwargs["label_column"] = label_column
-    name = str(path).lower()
-    stem = name[:-3] if name.endswith(".gz") else name
-    if stem.endswith((".csv", ".tsv", ".txt", ".data", ".dat")):
-        kwargs["header"] = {"auto": "infer", "yes": True, "no": False}[header]
-    out = read_table(path, **kwargs)
-    if label_column is not None:
-        X, y = out
-        return np.asarray(X), np.asarray(y)
-    return np.asarray(out), None
 
 
 def _write_stdout(columns) -> None:
@@ -124,7 +105,8 @@ def run_outliers(args) -> int:
     if args.output:  # before the work: a run is not lost to a bad output path
         check_output_path(args.output)
 
-    X, labels = _read(args.data, parse_label_column(args.label_column), args.header)
+    X, labels = read_features(args.data, label_column=parse_label_column(args.label_column), header=args.header,
+                              delimiter=args.delimiter, dtype=args.dtype)
     if X.ndim == 1:
         X = X.reshape(-1, 1)
     start = time.perf_counter()

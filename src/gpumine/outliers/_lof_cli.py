@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from .._cli_args import add_device_options, header_choice
+from .._cli_args import add_deprecated_alias, add_device_options, add_dtype_option, add_table_options, read_features
 from .._cli_args import label_column as parse_label_column
 
 __all__ = ["register", "run"]
@@ -51,29 +51,13 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--p", type=float, default=None, help="power for --metric minkowski")
     p.add_argument("--duplicates", choices=["distinct", "sklearn"], default="distinct",
                    help="rule for points with >= k exact duplicates (default distinct: k-distinct-distance)")
-    p.add_argument("--label-column", default=None, help="label column (index, negative from the end, header name; 'y' for ADBench .npz)")
-    p.add_argument("--header", type=header_choice, default="auto", metavar="{auto,yes,no}",
-                   help="CSV header row: auto (detect, the default), yes or no")
-    p.add_argument("--float64", action="store_true", help="compute in float64 (default float32)")
+    add_table_options(p, label_help="label column (index, negative from the end, header name; 'y' for ADBench .npz)")
+    add_dtype_option(p)
+    add_deprecated_alias(p, "--float64", dest="dtype", new="--dtype float64", value="float64")
     p.add_argument("-o", "--output", default=None, help="write results to .csv, .json or .npy (default: CSV on stdout)")
     add_device_options(p)
     p.set_defaults(func=run)
     return p
-
-
-def _read(path, label_column, header, dtype):
-    from ..data import read_table
-
-    kwargs = {}
-    if label_column is not None:
-        kwargs["label_column"] = label_column
-    lower = str(path).lower()
-    if lower.split(".gz")[0].endswith((".csv", ".tsv", ".txt", ".data", ".dat")):
-        kwargs["header"] = {"auto": "infer", "yes": True, "no": False}[header]
-        kwargs["dtype"] = dtype
-    out = read_table(path, **kwargs)
-    X, y = out if label_column is not None else (out, None)
-    return np.asarray(X, dtype=dtype), y
 
 
 def run(args) -> int:
@@ -87,9 +71,9 @@ def run(args) -> int:
     if args.output:  # before the work: a run is not lost to a bad output path
         check_output_path(args.output)
 
-    dtype = np.float64 if args.float64 else np.float32
     label_column = parse_label_column(args.label_column)
-    X, y = _read(args.data, label_column, args.header, dtype)
+    X, y = read_features(args.data, label_column=label_column, header=args.header, delimiter=args.delimiter,
+                         dtype=args.dtype)
     model = LocalOutlierFactor(
         args.k, metric=args.metric, p=2 if args.p is None else args.p, contamination=args.contamination,
         novelty=args.train is not None, duplicates=args.duplicates, device=args.device, backend=args.backend,
@@ -102,7 +86,7 @@ def run(args) -> int:
             labels = model.fit_predict(X)
             lof = np.asarray(model.outlier_scores_, dtype=np.float64)
         else:
-            train, _ = _read(args.train, None, args.header, dtype)
+            train, _ = read_features(args.train, header=args.header, delimiter=args.delimiter, dtype=args.dtype)
             model.fit(train)
             lof = -np.asarray(model.score_samples(X), dtype=np.float64)
             labels = model.predict(X)
