@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-__all__ = ["add_device_options", "add_deprecated_alias", "add_dtype_option", "add_table_options", "header_choice", "label_column",
+__all__ = ["add_cluster_options", "add_device_options", "add_deprecated_alias", "add_dtype_option", "add_table_options", "header_choice", "label_column",
            "positive_int", "read_features"]
 
 
@@ -119,3 +119,13 @@ def read_features(path, *, label_column=None, header: str = "auto", delimiter=No
     elif X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
     return X, None if y is None else np.asarray(y)
+
+
+def add_cluster_options(parser: argparse.ArgumentParser, *, what: str) -> None:
+    """``--scheduler ADDRESS`` or ``--workers N`` (not both): run on a Dask cluster; ``what`` says what runs there."""
+    cluster = parser.add_mutually_exclusive_group()
+    cluster.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                         help=f"run on this Dask cluster (e.g. tcp://host:8786; needs gpumine[dask]): {what}")
+    cluster.add_argument("--workers", type=positive_int, default=None, metavar="N",
+                         help="as --scheduler, on a local Dask cluster of N workers started for this run (one per "
+                              "GPU when there are GPUs; needs gpumine[dask]); not with --scheduler")

@@ -14,7 +14,7 @@ import platform
 import sys
 import time
 
-from ._cli_args import add_device_options, add_dtype_option, add_table_options, positive_int, read_features
+from ._cli_args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, read_features
 from ._cli_errors import EXPECTED_ERRORS, explain
 from ._cli_args import label_column as parse_label_column
 
@@ -47,13 +47,7 @@ def _add_knn(sub) -> None:
     p.add_argument("--p", type=float, default=None, help="power for --metric minkowski")
     p.add_argument("--task", default="auto", choices=["auto", "classify", "regress", "neighbors"])
     p.add_argument("--weights", default="uniform", choices=["uniform", "distance"])
-    cluster = p.add_mutually_exclusive_group()  # --scheduler ADDRESS or --workers N, not both
-    cluster.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                         help="run the neighbour search on this Dask cluster (e.g. tcp://host:8786; needs "
-                              "gpumine[dask]): the references are sharded over its workers, the answer is the same")
-    cluster.add_argument("--workers", type=positive_int, default=None, metavar="N",
-                         help="as --scheduler, on a local Dask cluster of N workers started for this run (one per "
-                              "GPU when there are GPUs; needs gpumine[dask]); not with --scheduler")
+    add_cluster_options(p, what="the references are sharded over its workers; the neighbours are the same")
     p.add_argument("--radius", type=float, default=None, metavar="R",
                    help="every neighbour within distance R instead of the k nearest: neighbours come out one "
                         "(query, index, distance) row per pair; classify/regress vote or average within R")

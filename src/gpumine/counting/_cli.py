@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from .._cli_args import add_deprecated_alias, add_device_options, add_table_options, positive_int
+from .._cli_args import add_cluster_options, add_deprecated_alias, add_device_options, add_table_options
 
 __all__ = ["register"]
 
@@ -114,13 +114,7 @@ def register(subparsers) -> None:
     p.add_argument("--handle-unknown", default="error", choices=["error", "missing"],
                    help="a test category unseen in training: fail (default) or treat it as missing")
     p.add_argument("--no-tree", action="store_true", help="do not print the tree")
-    cluster = p.add_mutually_exclusive_group()  # --scheduler ADDRESS or --workers N, not both
-    cluster.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                         help="fit on this Dask cluster (e.g. tcp://host:8786; needs gpumine[dask]): the rows are "
-                              "split over its workers, the tree is the same")
-    cluster.add_argument("--workers", type=positive_int, default=None, metavar="N",
-                         help="as --scheduler, on a local Dask cluster of N workers started for this run (one per "
-                              "GPU when there are GPUs; needs gpumine[dask]); not with --scheduler")
+    add_cluster_options(p, what="the rows are split over its workers; the tree is the same")
     p.set_defaults(func=_run_tree)
 
     p = subparsers.add_parser("itemsets", help="frequent itemsets (and association rules) on bitmaps",

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from .._cli_args import add_device_options, add_dtype_option, add_table_options, positive_int, read_features
+from .._cli_args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, positive_int, read_features
 from .._cli_args import label_column as parse_label_column
 
 __all__ = ["register"]
@@ -63,13 +63,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, help="write the outliers to .csv, .json or .npy (default: CSV on stdout)")
     p.add_argument("--solving-set", default=None, metavar="FILE",
                    help="also write the solving set (index, weight, exact) to .csv, .json or .npy")
-    cluster = p.add_mutually_exclusive_group()  # --scheduler ADDRESS or --workers N, not both
-    cluster.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                         help="run on this Dask cluster (e.g. tcp://host:8786; needs gpumine[dask]): the rows are "
-                              "sharded over its workers, the outliers and weights are the same")
-    cluster.add_argument("--workers", type=positive_int, default=None, metavar="N",
-                         help="as --scheduler, on a local Dask cluster of N workers started for this run (one per "
-                              "GPU when there are GPUs; needs gpumine[dask]); not with --scheduler")
+    add_cluster_options(p, what="the rows are sharded over its workers; the outliers and weights are the same")
     add_device_options(p, quiet_help="no progress bar and no statistics on stderr")
     p.set_defaults(func=run_outliers)
     return p
