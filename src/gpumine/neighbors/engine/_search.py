@@ -16,7 +16,9 @@ For each block of queries the engine walks the references tile by tile:
 
 So results are exact float32 (ranked by per-pair values, ties to the lower
 index) whatever the tile sizes or the device, while the bulk of the work runs
-as matrix products.
+as matrix products. The plan is made in :mod:`._plan`, the tiles come from
+:mod:`._references`, steps 3 and 4 and the exact scan are :mod:`._rerank`;
+this module runs the blocks, the retries and the choice of path.
 
 On a GPU, L2 searches whose queries' score blocks fit the working memory run
 **dense** instead (:mod:`._dense`: one product, selection, float64 re-score and
