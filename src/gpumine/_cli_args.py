@@ -70,11 +70,11 @@ def header_choice(text: str) -> str:
     return text
 
 
-def add_table_options(parser: argparse.ArgumentParser, *, label_help: str) -> None:
+def add_table_options(parser: argparse.ArgumentParser, *, label_help: str,
+                      header_help: str = "CSV header row: auto (detect, the default), yes or no") -> None:
     """``--label-column``, ``--header`` and ``--delimiter``: how every command reads a CSV table."""
     parser.add_argument("--label-column", default=None, help=label_help)
-    parser.add_argument("--header", type=header_choice, default="auto", metavar="{auto,yes,no}",
-                        help="CSV header row: auto (detect, the default), yes or no")
+    parser.add_argument("--header", type=header_choice, default="auto", metavar="{auto,yes,no}", help=header_help)
     parser.add_argument("--delimiter", default=None, help="CSV field separator (default: detect; ',' for .csv)")
 
 

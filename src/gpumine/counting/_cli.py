@@ -80,7 +80,10 @@ def _predictions_text(pred) -> str:
 def _common(p):
     p.add_argument("--train", required=True, help="training CSV file (may be .gz)")
     p.add_argument("--test", help="test CSV file with the same columns (accuracy is printed when it has the label)")
-    add_table_options(p, label_help="label column (required): a header name, or an index (negative counts from the end)")
+    # categorical tables hold text everywhere, so a header cannot be told from data by its cells' kind
+    add_table_options(p, label_help="label column (required): a header name, or an index (negative counts from the end)",
+                      header_help="CSV header row: auto (the default) and yes read the first row as the column "
+                                  "names; no reads it as data")
     add_deprecated_alias(p, "--label", dest="label_column", new="--label-column")
     add_deprecated_alias(p, "--no-header", dest="header", new="--header no", value="no")
     add_deprecated_alias(p, "--sep", dest="delimiter", new="--delimiter")
