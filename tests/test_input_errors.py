@@ -39,5 +39,5 @@ def test_partial_fit_refuses_different_classes_later():
     X = np.array([[0, 1], [1, 0]])
     nb = CategoricalNB(device="cpu").partial_fit(X, [0, 1], classes=[0, 1])
     nb.partial_fit(X, [1, 0], classes=[1, 0])  # the same classes in another order
-    with pytest.raises(ValueError, match="is not the same as on the first call"):
+    with pytest.raises(ValueError, match="is not the same as on last call to partial_fit"):  # scikit-learn's words
         nb.partial_fit(X, [0, 1], classes=[0, 1, 2])

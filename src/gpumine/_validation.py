@@ -183,21 +183,37 @@ def check_array(
         target = dtype or (torch.float32 if tensor.dtype in (torch.float32, torch.float16, torch.bfloat16) else torch.float64)
         if tensor.dtype != target:
             tensor = tensor.to(target)
+    # Shape errors carry scikit-learn's sentence ("Expected 2D array, got 1D array instead", "Found array with
+    # 0 sample(s) ..."), which code and tests written for scikit-learn look for, after the parameter's name and
+    # before the fix.
     if ensure_2d:
         if tensor.ndim == 1:
             raise ValueError(
-                f"{name} must be 2-D (n_samples, n_features); got a 1-D array of shape {tuple(tensor.shape)}. "
-                f"Reshape your data with {name}.reshape(-1, 1) for a single feature "
-                f"or {name}.reshape(1, -1) for a single sample"
+                f"{name} must be 2-D (n_samples, n_features); got a 1-D array of shape {tuple(tensor.shape)}: "
+                f"Expected 2D array, got 1D array instead. Reshape your data with {name}.reshape(-1, 1) for a "
+                f"single feature or {name}.reshape(1, -1) for a single sample"
+            )
+        if tensor.ndim == 0:
+            raise ValueError(
+                f"{name} must be 2-D (n_samples, n_features); got 0-D ({tensor.item()!r}): Expected 2D array, got "
+                "scalar array instead. Reshape your data: [[value]] is one sample of one feature"
             )
         if tensor.ndim != 2:
             raise ValueError(
-                f"{name} must be 2-D (n_samples, n_features); got {tensor.ndim}-D of shape {tuple(tensor.shape)}"
+                f"{name} must be 2-D (n_samples, n_features); got {tensor.ndim}-D of shape {tuple(tensor.shape)}: "
+                f"Found array with dim {tensor.ndim}, while dim <= 2 is required. Reshape your data to one row "
+                f"per sample, e.g. {name}.reshape(len({name}), -1)"
             )
         if tensor.shape[1] == 0:
-            raise ValueError(f"{name} has 0 feature(s) (shape={tuple(tensor.shape)}) while a minimum of 1 is required.")
+            raise ValueError(
+                f"{name} has 0 feature(s): Found array with 0 feature(s) (shape={tuple(tensor.shape)}) while a "
+                "minimum of 1 is required. Pass at least one feature (column) per sample"
+            )
     if tensor.shape[0] == 0 and not allow_empty:
-        raise ValueError(f"{name} is empty: found array with 0 sample(s) (shape {tuple(tensor.shape)}); a minimum of 1 is required")
+        raise ValueError(
+            f"{name} is empty: Found array with 0 sample(s) (shape={tuple(tensor.shape)}) while a minimum of 1 is "
+            "required. Pass at least one row"
+        )
     if not allow_nan and tensor.numel() and not all_finite(tensor):
         raise non_finite_error(tensor, name)
     return tensor

@@ -69,7 +69,7 @@ EXPECTED_FAILURES = {
         "entries (1 here); scikit-learn takes the first k + 1 stored entries and so asks for 2",
     ("TestNeighbors", "test_neighbors_validate_parameters", None):
         _SUPERSET + "sparse input is densified, so metric='haversine' takes it (scikit-learn: 'Metric ... not valid "
-        "for sparse input'); and " + _MESSAGE + "gpumine's shape errors do not say 'Found array with ...'",
+        "for sparse input'); the test's other checks pass (tests/test_sklearn_parity.py runs them)",
     ("TestNeighbors", "test_predict_sparse_ball_kd_tree", None):
         _SUPERSET + "sparse queries are densified whatever the algorithm (scikit-learn's trees refuse them)",
     ("TestNeighbors", "test_k_and_radius_neighbors_train_is_not_query", None):
@@ -88,11 +88,10 @@ EXPECTED_FAILURES = {
     ("TestLOF", "test_lof_duplicate_samples", None):
         _CONVENTION + "the default duplicates='distinct' gives duplicate groups finite scores and warns with its own "
         "message (a DuplicatesWarning, a UserWarning); duplicates='sklearn' reproduces scikit-learn and its warning",
-    ("TestCategoricalNB", "test_NB_partial_fit_no_first_classes", "*CategoricalNB*"):
-        _MESSAGE + "gpumine says 'is not the same as on the first call to partial_fit', scikit-learn 'on last call'",
     ("TestCategoricalNB", "test_discretenb_provide_prior", "*CategoricalNB*"):
-        _CONVENTION + "partial_fit compares classes as a set: classes=[0, 1, 1] equals the fitted [0, 1] (scikit-learn "
-        "compares the arrays and raises)",
+        _CONVENTION + "a failed fit keeps the previous model: after fit(..., [0, 1, 2]) fails on the 2-class prior, "
+        "classes_ is still [0, 1], which partial_fit(classes=[0, 1, 1]) matches (scikit-learn's sorted distinct labels "
+        "rule, as gpumine's); scikit-learn's failed fit leaves classes_ = [0, 1, 2] behind, so there it raises",
 }
 
 

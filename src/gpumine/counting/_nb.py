@@ -132,10 +132,15 @@ class CategoricalNB(HostPickleMixin, ClassifierMixin, BaseEstimator):
         """Validated non-negative integer codes as a tensor on the fit device (plus the caller's output kind)."""
         kind = output_kind(X)
         if isinstance(X, torch.Tensor):
-            if X.ndim != 2:
-                raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {tuple(X.shape)}")
+            if X.ndim != 2:  # scikit-learn's words first, then the shape and the fix
+                said = ("Expected 2D array, got 1D array instead" if X.ndim == 1 else
+                        "Expected 2D array, got scalar array instead" if X.ndim == 0 else
+                        f"Found array with dim {X.ndim}, while dim <= 2 is required")
+                raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {tuple(X.shape)}: {said}. Reshape "
+                                 "it to one row per sample and one column per feature")
             if X.shape[0] == 0:
-                raise ValueError(f"X is empty: found array with 0 sample(s) (shape {tuple(X.shape)}); a minimum of 1 is required")
+                raise ValueError(f"X is empty: Found array with 0 sample(s) (shape={tuple(X.shape)}) while a minimum of 1 is "
+                                 "required; pass at least one row")
             if X.is_floating_point() and not bool(torch.isfinite(X).all()):
                 raise ValueError("X contains NaN or infinity; CategoricalNB needs integer category codes")
             codes = X.to(torch.int64) if X.dtype not in (torch.int16, torch.int32, torch.int64, torch.uint8, torch.int8) else X
@@ -174,27 +179,37 @@ class CategoricalNB(HostPickleMixin, ClassifierMixin, BaseEstimator):
         Returns
         -------
         self
+
+        A fit that raises leaves the previous model exactly as it was (its
+        attributes, private state and device tables included); scikit-learn's
+        CategoricalNB may keep parts of the failed fit (its ``classes_``, say).
         """
-        # a failed fit leaves the previous model as it was (scikit-learn's estimators do)
-        fitted = {name: value for name, value in vars(self).items() if name.endswith("_") and not name.startswith("_")}
-        for name in fitted:
+        # the whole state, private attributes too (_device and the device table of the last model)
+        saved = dict(vars(self))
+        for name in [name for name in saved if name.endswith("_") and not name.startswith("_")]:
             delattr(self, name)
         try:
             return self._partial_fit(X, y, classes=None, sample_weight=sample_weight, reset=True)
         except BaseException:
-            for name in [name for name in vars(self) if name.endswith("_") and not name.startswith("_")]:
-                delattr(self, name)
-            self.__dict__.update(fitted)
+            vars(self).clear()
+            vars(self).update(saved)
             raise
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):
-        """Add the counts of a batch (counts are additive). ``classes`` is required on the first call."""
+        """Add the counts of a batch (counts are additive). ``classes`` is required on the first call.
+
+        A later call may pass ``classes`` again; as in scikit-learn, its sorted
+        distinct labels must equal ``classes_`` (order and repeats do not matter),
+        else it raises.
+        """
         first = not hasattr(self, "classes_")
         if first and classes is None:
-            raise ValueError("classes must be passed on the first call to partial_fit (all the labels that can occur)")
-        if not first and classes is not None and not np.array_equal(np.unique(np.asarray(classes)), self.classes_):
-            raise ValueError(f"classes={np.asarray(classes).tolist()!r} is not the same as on the first call to partial_fit, "
-                             f"was {self.classes_.tolist()!r}; pass the same classes (or none) on later calls")
+            raise ValueError("classes must be passed on the first call to partial_fit. Pass every label that can "
+                             "occur, e.g. classes=np.unique(y_all)")
+        if not first and classes is not None and not np.array_equal(self.classes_, _labels(classes)):
+            # scikit-learn's check (sklearn.utils.multiclass._check_partial_fit_first_call) and its words
+            raise ValueError("`classes=%r` is not the same as on last call to partial_fit, was: %r; pass the same "
+                             "classes on later calls, or none" % (classes, self.classes_))
         return self._partial_fit(X, y, classes=classes, sample_weight=sample_weight, reset=first)
 
     def _partial_fit(self, X, y, classes, sample_weight, reset):
@@ -409,6 +424,13 @@ class CategoricalNB(HostPickleMixin, ClassifierMixin, BaseEstimator):
         if kind.kind == "torch" and pred.dtype.kind in "biuf":
             return torch.as_tensor(pred, device=kind.device)
         return pred
+
+
+def _labels(classes) -> np.ndarray:
+    """The sorted distinct labels of ``classes`` (a list, an array or a tensor), as scikit-learn's ``unique_labels``."""
+    if isinstance(classes, torch.Tensor):
+        classes = classes.detach().cpu().numpy()
+    return np.unique(np.asarray(classes))
 
 
 def _pad_levels(counts, have, want):
