@@ -375,12 +375,7 @@ CASES = {
 }
 
 # known wrong messages, each xfail(strict) with its minimal example until fixed
-_MESSAGE_XFAIL = {
-    "kneighbors_graph": "kneighbors_graph(X with NaN, 2) raises 'X_ref contains NaN or infinity': its parameter is X "
-                        "(the message comes from kneighbors' validation; src/gpumine/neighbors/_neighbor_graphs.py)",
-    "radius_neighbors_graph": "radius_neighbors_graph(X with NaN, 2.5) raises 'X_ref contains NaN or infinity': its "
-                              "parameter is X (src/gpumine/neighbors/_neighbor_graphs.py)",
-}
+_MESSAGE_XFAIL: dict[str, str] = {}
 
 
 def _case_params(names):

@@ -57,8 +57,8 @@ def _estimator(X, metric, p, metric_params, device, working_memory, **params):
                             working_memory=working_memory, **params).fit(X)
 
 
-def _prepare(X_ref, X_query, metric, p):
-    ref = check_array(X_ref, name="X_ref")
+def _prepare(X_ref, X_query, metric, p, ref_name: str = "X_ref"):
+    ref = check_array(X_ref, name=ref_name)
     if X_query is None:
         query = ref
     else:
@@ -149,7 +149,7 @@ def radius_neighbors_graph(X, radius: float, mode: str = "connectivity", *, metr
     _check_mode(mode)
     include_self = _include_self(include_self, mode)
     if _on_engine(metric, p, metric_params, X):
-        ref, _, metric_obj = _prepare(X, None, metric, p)
+        ref, _, metric_obj = _prepare(X, None, metric, p, ref_name="X")
         dev = resolve_device(device)
         indptr, indices, dist = radius_search(ref, ref, radius, metric_obj, exclude_self=not include_self, device=dev,
                                               budget_bytes=working_memory_bytes(working_memory, dev))
@@ -188,6 +188,7 @@ def kneighbors_graph(X, n_neighbors: int, mode: str = "connectivity", *, metric=
     _check_mode(mode)
     include_self = _include_self(include_self, mode)
     if _on_engine(metric, p, metric_params, X):
+        check_array(X, name="X")  # errors name this function's parameter, not kneighbors' X_ref
         dist, index = kneighbors(X, X if include_self else None, n_neighbors, metric=metric, p=p, device=device,
                                  working_memory=working_memory)
         dist, index = _host(dist), _host(index)
