@@ -276,3 +276,166 @@ def test_engine_reports_the_host_path():
                           result_device=torch.device("cpu"), stats=stats)
     assert stats["backend"] == "cpu_tree"
     np.testing.assert_array_equal(index.numpy(), brute_force_knn(X.numpy(), X.numpy(), 5, exclude_self=True)[1])
+
+
+# -- fixed costs of small searches: each fast path against the general one ---------------------------
+
+def _irregular(kind, n, d, rng, dtype):
+    if kind == "random":
+        X = rng.standard_normal((n, d)) * 10.0 ** rng.uniform(-3, 3, d)
+    elif kind == "integer":
+        X = rng.integers(0, 3, (n, d))
+    elif kind == "rounded":  # near and exact ties
+        X = np.round(rng.standard_normal((n, d)), 1)
+    elif kind == "far":
+        X = 1e6 + rng.standard_normal((n, d)) * 1e-2
+    else:  # a few exact copies (searched as rows of their own) and signed zeros (distinct bytes)
+        X = np.round(rng.standard_normal((n, d)), 2)
+        X[rng.integers(0, n, max(1, n // 60))] = X[0]
+        X[rng.random((n, d)) < 0.1] = -0.0
+    return np.ascontiguousarray(X.astype(dtype))
+
+
+def _both_paths(monkeypatch, R, Q, k, metric, exclude_self, budget=BUDGET):
+    """cpu_search with every pair scored (the direct path) and with candidates (tree or products)."""
+    found = {}
+    for direct, limit in (("direct", 1 << 62), ("candidates", 0)):
+        monkeypatch.setattr(cpu_path, "DIRECT_MAX_TERMS", limit)
+        stats = {}
+        Rt = torch.from_numpy(R)
+        result = cpu_search(Rt, Rt if Q is None else torch.from_numpy(Q), k, get_metric(metric),
+                            exclude_self=exclude_self, budget_bytes=budget, stats=stats)
+        if result is None:  # not a host search (L1 and L-inf above 64 features: the engine)
+            return None
+        found[direct] = result[0].numpy(), result[1].numpy(), stats
+    return found
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean", "manhattan", "chebyshev"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_direct_small_path_equals_the_candidate_paths_on_irregular_shapes(monkeypatch, metric, dtype):
+    rng = np.random.default_rng(20)
+    shapes = [(2, 1), (5, 3), (17, 2), (40, 7), (63, 16), (64, 17), (97, 33), (150, 9), (33, 70), (120, 40)]
+    for n, d in shapes:
+        for kind in ("random", "integer", "rounded", "far", "copies"):
+            X = _irregular(kind, n, d, rng, dtype)
+            Q = np.concatenate([X[: n // 3], _irregular(kind, int(rng.integers(1, 30)), d, rng, dtype)])
+            for k in sorted({1, max(1, n // 2), n - 1} - {0}):
+                for R, queries, exclude_self in ((X, None, True), (X, Q, False)):
+                    found = _both_paths(monkeypatch, R, queries, k, metric, exclude_self)
+                    if found is None:
+                        assert metric in ("manhattan", "chebyshev") and d > cpu_path.TREE_ONLY_MAX_FEATURES
+                        continue
+                    a, b = found["direct"], found["candidates"]
+                    assert b[2]["backend"] != "cpu_direct"
+                    if a[2]["backend"] != "cpu_direct":  # many copies: collapsed, not a direct search
+                        assert a[2]["distinct_references"] < n
+                    np.testing.assert_array_equal(a[1], b[1], err_msg=f"{kind} {n}x{d} k={k}")
+                    np.testing.assert_array_equal(a[0].view(np.uint8), b[0].view(np.uint8))
+            # and both against the contract itself
+            ref_s, ref_i = exact_oracle(X, X, min(5, n - 1) or 1, metric, exclude_self=True) if n > 1 else (None, None)
+            if ref_i is not None and (metric not in ("manhattan", "chebyshev") or d <= cpu_path.TREE_ONLY_MAX_FEATURES):
+                for direct in (1 << 62, 0):
+                    monkeypatch.setattr(cpu_path, "DIRECT_MAX_TERMS", direct)
+                    scores, index = search(X, None, ref_i.shape[1], metric, exclude_self=True)
+                    np.testing.assert_array_equal(index, ref_i)
+                    np.testing.assert_array_equal(scores, ref_s.astype(dtype))
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "manhattan", "chebyshev", "cosine", "inner_product"])
+@pytest.mark.parametrize("kind", ["integer", "rounded", "copies"])
+def test_small_sets_on_the_candidate_paths_match_the_oracle(monkeypatch, metric, kind):
+    # small searches take the direct path by default: the tree and the products keep their coverage here
+    monkeypatch.setattr(cpu_path, "DIRECT_MAX_TERMS", 0)
+    rng = np.random.default_rng(21)
+    for n, d in ((60, 3), (120, 12), (90, 24)):
+        X = _irregular(kind, n, d, rng, np.float32)
+        check_exact(X, None, 7, metric, exclude_self=True)
+        check_exact(X, X[::3] + np.float32(0.5), 4, metric)
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean", "manhattan", "chebyshev"])
+def test_numpy_exact_scores_are_exact_scores_bit_for_bit(metric):
+    rng = np.random.default_rng(22)
+    m = get_metric(metric)
+    for d in (1, 2, 15, 16, 17, 31, 32, 33, 47, 64, 100):
+        U = (rng.standard_normal((60, d)) * 10.0 ** rng.uniform(-4, 4, d)).astype(np.float32).astype(np.float64)
+        Q = (rng.standard_normal((9, d)) * 10.0 ** rng.uniform(-4, 4, d)).astype(np.float32).astype(np.float64)
+        U[5] = Q[2]  # a zero distance
+        UT = cpu_path._feature_major(m, U)
+        idx = rng.integers(0, 60, (9, 13))
+        want = m.exact_scores(torch.from_numpy(Q), torch.from_numpy(U[idx])).numpy()
+        for budget in (1 << 10, BUDGET):  # one pair per block, and one block
+            np.testing.assert_array_equal(cpu_path._exact_dense(m, Q, U, UT, idx, budget).view(np.int64), want.view(np.int64))
+            pairs = cpu_path._exact_pairs(m, Q, U, UT, np.repeat(np.arange(9), 13), idx.ravel(), budget)
+            np.testing.assert_array_equal(pairs.reshape(9, 13).view(np.int64), want.view(np.int64))
+        every = m.exact_scores(torch.from_numpy(Q), torch.from_numpy(U)[None]).numpy()
+        np.testing.assert_array_equal(cpu_path._every_pair(metric, Q, UT).view(np.int64), every.view(np.int64))
+
+
+def test_row_groups_by_hash_equal_the_byte_sort(monkeypatch):
+    rng = np.random.default_rng(23)
+
+    def by_sort(X):
+        monkeypatch.setattr(cpu_path, "_row_hashes", lambda rows: None)  # the byte sort of the rows
+        try:
+            return cpu_path._Groups(X)
+        finally:
+            monkeypatch.undo()
+
+    for trial in range(60):
+        n, d = int(rng.integers(1, 200)), int(rng.integers(1, 9))
+        dtype = (np.float32, np.float64)[trial % 2]
+        base = rng.integers(0, 3, (max(1, n // int(rng.integers(1, 6))), d)).astype(dtype)
+        X = base[rng.integers(0, len(base), n)]
+        X[rng.random(X.shape) < 0.1] = -0.0  # 0.0 and -0.0: different bytes, different rows
+        if trial % 3 == 0:
+            X = np.asfortranarray(X)
+        a, b = cpu_path._Groups(X), by_sort(X)
+        for name in ("n_unique", "identity", "first", "inverse", "counts", "members", "starts"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    # a shared hash of different rows (a collision) falls back to the byte sort
+    X = rng.integers(0, 3, (100, 3)).astype(np.float32)
+    monkeypatch.setattr(cpu_path, "_row_hashes", lambda rows: np.zeros(rows.shape[0], dtype=np.uint64))
+    collided = cpu_path._Groups(X)
+    monkeypatch.undo()
+    expected = by_sort(X)
+    for name in ("n_unique", "first", "inverse", "counts", "members", "starts"):
+        np.testing.assert_array_equal(getattr(collided, name), getattr(expected, name), err_msg=name)
+
+
+@pytest.mark.parametrize("d", [3, 24])
+def test_few_copies_searched_as_rows_equal_collapsed_copies(monkeypatch, d):
+    rng = np.random.default_rng(24)
+    X = rng.standard_normal((700, d))
+    X[rng.integers(0, 700, 8)] = X[rng.integers(0, 700, 8)]  # a few pairs of copies
+    Q = np.concatenate([X[:50], X[:10]])  # repeated queries too
+    found = {}
+    for name, share in (("rows", 0.98), ("collapsed", 2.0)):  # a share above 1: always collapse
+        monkeypatch.setattr(cpu_path, "_DEDUPE_MIN_SHARE", share)
+        monkeypatch.setattr(cpu_path, "DIRECT_MAX_TERMS", 0)
+        stats = {}
+        found[name] = (search(X, None, 10, "euclidean", exclude_self=True, stats=stats),
+                       search(X, Q, 10, "euclidean"), stats["distinct_references"])
+    assert found["rows"][2] == 700 and found["collapsed"][2] < 700
+    for a, b in zip(found["rows"][:2], found["collapsed"][:2]):
+        np.testing.assert_array_equal(a[1], b[1])
+        np.testing.assert_array_equal(a[0], b[0])
+
+
+def test_selection_helpers_keep_the_tie_rule():
+    rng = np.random.default_rng(25)
+    for _ in range(50):
+        b, m = int(rng.integers(1, 30)), int(rng.integers(1, 60))
+        X = rng.integers(0, 4, (b, m)).astype(np.float64)  # many ties
+        c = int(rng.integers(1, m + 1))
+        values, cols = cpu_path._first_columns(X, c)
+        order = np.lexsort((np.broadcast_to(np.arange(m), X.shape), X), axis=-1)[:, :c]  # (value, column)
+        np.testing.assert_array_equal(np.sort(cols, axis=1), np.sort(order, axis=1))
+        assert (np.diff(cols, axis=1) > 0).all()  # columns ascending
+        np.testing.assert_array_equal(values, np.take_along_axis(X, cols, 1))
+        v32 = (X - 1.5).astype(np.float32)
+        v32[:, ::4] = -0.0
+        sv, sc = cpu_path._sorted_by_value(v32, np.broadcast_to(np.arange(m), X.shape) + 7)
+        np.testing.assert_array_equal(sv, np.sort(v32, axis=1))
+        np.testing.assert_array_equal(np.take_along_axis(v32, sc - 7, 1), sv)

@@ -4,13 +4,16 @@ The torch tile engine (:mod:`gpumine.neighbors.engine._search`) is built for GPU
 host a KD-tree (SciPy's ``cKDTree``) or a BLAS brute force with a cheap
 selection does the same search many times faster. :func:`cpu_search` runs one
 of the two, or returns None where neither applies (the engine then runs).
+Small searches (at most ``DIRECT_MAX_TERMS`` query x reference x feature terms)
+skip both: the exact score of every pair costs less than their fixed costs.
 
 Exactness. Results are those of a float64 brute force: every candidate's score
 is ``metric.exact_scores`` of the float64 query row against the float64
 reference row, candidates are ordered by (score, reference index), and only
 equal float64 scores fall to the tie rule (lower index first). Neither the tree
 nor the matrix products decide the order; they only propose candidates, and a
-row is accepted only when nothing they left out can reach its k-th score:
+row is accepted only when nothing they left out can reach its k-th score
+(the direct small search scores every pair and needs no such proof):
 
 * tree: every reference the tree did not return is at least as far as its
   last returned one by the tree's own float64 distance, which is within a
@@ -26,12 +29,22 @@ row is accepted only when nothing they left out can reach its k-th score:
   whose band is wide are redone with float64 products (a bound 2^29 times
   smaller), and rows still wide with every distinct reference.
 
-Duplicates. Exact duplicate rows (byte-identical) are collapsed first: the
-search runs over distinct rows, each distinct neighbour then stands for its
-original rows in index order, of which at most k (k + 1 when a query excludes
-itself) are ever needed. Identical query rows share one search. So ``n``
-copies of one point cost as little as one point, and duplicate blocks larger
-than k do not widen any candidate list.
+Exact scores in NumPy. For euclidean, sqeuclidean, manhattan and chebyshev the
+exact scores are formed in NumPy from a feature-major float64 copy of the
+references, in ``exact_scores``' order bit for bit (one IEEE operation per term
+and per addition, no contraction; tests/test_cpu_search.py compares them);
+cosine and inner product keep the torch form. Small torch operations cost
+5-10 us each and a NumPy pass over a few thousand values a fraction of that.
+
+Duplicates. Exact duplicate rows (byte-identical, found by a 64-bit hash of each
+row checked byte for byte) are collapsed first: the search runs over distinct
+rows, each distinct neighbour then stands for its original rows in index order,
+of which at most k (k + 1 when a query excludes itself) are ever needed.
+Identical query rows share one search. So ``n`` copies of one point cost as
+little as one point, and duplicate blocks larger than k do not widen any
+candidate list. Where copies are few (at most one row in 50 a copy, none in
+more than 4 copies) every row is searched as its own: the copies cost nothing
+there, and the selection for lists with copies is not needed.
 
 Worst case. The work per query is its candidate list plus every distinct
 reference whose score ties the query's k-th score (within ``TOLERANCE`` on the
@@ -64,7 +77,7 @@ import time
 import numpy as np
 import torch
 
-from ...core.distance import Metric
+from ...core.distance import EXACT_SUM_CHUNK, Metric
 
 __all__ = ["cpu_search", "CPU_TREE_SEARCH", "TREE_ALWAYS_FEATURES", "TREE_MAX_FEATURES"]
 
@@ -96,6 +109,7 @@ _GEMM_METRICS = ("euclidean", "sqeuclidean", "cosine", "inner_product")
 TOLERANCE = 1e-9
 
 _U32 = 2.0**-24
+_NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
 _U64 = 2.0**-53
 
 
@@ -125,23 +139,30 @@ def cpu_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *
     if path is None:
         return None
     R = ref.detach().numpy()
-    refs = _Groups(R)
-    queries = refs if exclude_self or query is ref else _Groups(query.detach().numpy())
+    refs = _Groups(R, every_row_if_few=True)
+    queries = refs if exclude_self or query is ref else _Groups(query.detach().numpy(), every_row_if_few=True)
     U = _float64_rows(R, refs.first)
     Qu = U if queries is refs else _float64_rows(query.detach().numpy(), queries.first)
     counters = {"rows_tie_complete": 0, "rows_exact_scan": 0}
-    workers = max(1, torch.get_num_threads())
-    with _one_torch_thread():  # the blocks are split over `workers` threads here instead
-        built = None
-        if path == "probe":
-            path, built = _probe(U, Qu, K, metric)
-        search = _tree_search if path == "tree" else _gemm_search
-        scores, index = search(U, Qu, K, metric, refs, budget_bytes // workers, counters, workers, built)
+    direct_limit = DIRECT_MAX_TERMS * (2 if path == "tree" else 1)  # a small tree costs more than small products
+    if refs.identity and metric.name in _NUMPY_EXACT and Qu.shape[0] * U.shape[0] * d <= direct_limit:
+        path = "direct"  # small: every pair's exact score, no candidates, no torch
+        scores, index = _direct_search(U, Qu, K, metric, budget_bytes)
+    else:
+        workers = max(1, torch.get_num_threads())
+        with _one_torch_thread():  # the blocks are split over `workers` threads here instead
+            built = None
+            if path == "probe":
+                path, built = _probe(U, Qu, K, metric)
+            search = _tree_search if path == "tree" else _gemm_search
+            scores, index = search(U, Qu, K, metric, refs, budget_bytes // workers, counters, workers, built)
     scores, index = _expand_queries(scores, index, queries, k, exclude_self)
     if stats is not None:
-        stats.update(backend="cpu_tree" if path == "tree" else "cpu_blas", selection=path, distinct_references=refs.n_unique,
-                     distinct_queries=queries.n_unique, **counters)
-    return torch.from_numpy(scores).to(ref.dtype), torch.from_numpy(index)
+        backend = {"tree": "cpu_tree", "direct": "cpu_direct"}.get(path, "cpu_blas")
+        stats.update(backend=backend, selection=path, distinct_references=refs.n_unique, distinct_queries=queries.n_unique,
+                     **counters)
+    # the rounding to float32 in NumPy: a torch conversion of this size would split over threads
+    return torch.from_numpy(scores.astype(_NUMPY_DTYPE[ref.dtype], copy=False)), torch.from_numpy(index)
 
 
 def _choose_path(metric: Metric, d: int, n_query: int) -> str | None:
@@ -249,6 +270,33 @@ def _split(n: int, block: int, workers: int, min_rows: int = 256) -> list:
     return [(s, min(n, s + block)) for s in range(0, n, block)]
 
 
+_ROW_HASH_SEED = 0x9E3779B97F4A7C15
+_hash_multipliers_cache: dict = {}
+
+
+def _row_hashes(rows: np.ndarray) -> np.ndarray | None:
+    """A 64-bit hash of each row's bytes (``rows`` C-contiguous), or None where the rows are no whole 32-bit words.
+
+    The sum of the row's 32-bit words times fixed odd 64-bit multipliers, modulo
+    2^64: equal rows hash alike, so distinct hashes are distinct rows.
+    """
+    if rows.dtype.itemsize * rows.shape[1] % 4:
+        return None
+    words = rows.view(np.uint32)
+    width = words.shape[1]
+    multipliers = _hash_multipliers_cache.get(width)
+    if multipliers is None:
+        rng = np.random.default_rng(_ROW_HASH_SEED)
+        multipliers = rng.integers(0, 2**63, width, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+        _hash_multipliers_cache[width] = multipliers
+    n = rows.shape[0]
+    h = np.empty(n, dtype=np.uint64)
+    step = max(1, (1 << 18) // width)
+    for s0 in range(0, n, step):
+        np.matmul(words[s0 : s0 + step].astype(np.uint64), multipliers, out=h[s0 : s0 + step])  # wraps modulo 2^64
+    return h
+
+
 class _Groups:
     """Distinct rows of a matrix, numbered by first occurrence, with their original rows.
 
@@ -257,14 +305,24 @@ class _Groups:
     distinct row ``u`` (increasing in ``u``), ``inverse[i]`` the distinct row of
     original row ``i``, and ``members[starts[u]:starts[u] + counts[u]]`` its
     original rows, ascending.
+
+    The rows are grouped by a 64-bit hash of their bytes (a sort of n integers, not
+    of n rows), each group's rows checked byte for byte against its first one; a
+    hash shared by different rows (a collision) falls back to a sort of the rows.
     """
 
-    def __init__(self, X: np.ndarray):
+    def __init__(self, X: np.ndarray, every_row_if_few: bool = False):
         n = X.shape[0]
         rows = np.ascontiguousarray(X)
-        keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
-        _, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
-        self.n_unique = len(first)
+        found = self._by_hash(rows) if n > 1 else (np.arange(n), np.arange(n), np.ones(n, dtype=np.int64))
+        if found is None:  # a collision, or rows of no whole 32-bit words
+            keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+            _, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
+            found = first, inverse.reshape(-1), counts
+        first, inverse, counts = found
+        # every_row_if_few: few copies are searched as rows of their own (see _DEDUPE_MIN_SHARE)
+        few = every_row_if_few and len(first) >= _DEDUPE_MIN_SHARE * n and int(counts.max()) <= _DEDUPE_MIN_COPIES
+        self.n_unique = n if few else len(first)
         self.identity = self.n_unique == n
         if self.identity:
             self.first = np.arange(n)
@@ -277,10 +335,43 @@ class _Groups:
         rank = np.empty_like(by_first)
         rank[by_first] = np.arange(self.n_unique)
         self.first = first[by_first]
-        self.inverse = rank[inverse.reshape(-1)]
+        self.inverse = rank[inverse]
         self.counts = counts[by_first].astype(np.int64)
         self.members = np.argsort(self.inverse, kind="stable")
         self.starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
+
+    @staticmethod
+    def _by_hash(rows: np.ndarray):
+        """(first, inverse, counts) of the distinct rows in any group order, as np.unique gives them; None on a collision."""
+        n = rows.shape[0]
+        h = _row_hashes(rows)
+        if h is None:
+            return None
+        order = np.argsort(h, kind="stable")  # equal hashes: ascending original rows
+        h = h[order]
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        np.not_equal(h[1:], h[:-1], out=new[1:])
+        if new.all():
+            return np.arange(n), np.arange(n), np.ones(n, dtype=np.int64)
+        starts = np.flatnonzero(new)
+        group = np.cumsum(new) - 1  # per sorted position
+        first = order[starts]  # the lowest original row of each group
+        words = rows.view(np.uint32)
+        shared = np.flatnonzero(~new)  # rows after their group's first: each must equal it byte for byte
+        if not np.array_equal(words[order[shared]], words[first[group[shared]]]):
+            return None
+        inverse = np.empty(n, dtype=np.int64)
+        inverse[order] = group
+        return first, inverse, np.diff(np.append(starts, n))
+
+
+# Exact duplicates are collapsed only where they save work: with at most 1 row in
+# 1 / (1 - _DEDUPE_MIN_SHARE) a copy and no row in more than _DEDUPE_MIN_COPIES copies, every
+# row is searched (copies are candidates as any other row; a copy tied at a row's K-th score
+# fits the candidate margins) and the selection for lists with copies is not needed.
+_DEDUPE_MIN_SHARE = 0.98
+_DEDUPE_MIN_COPIES = 4
 
 
 def _expand_queries(scores: np.ndarray, index: np.ndarray, queries: _Groups, k: int, exclude_self: bool):
@@ -361,18 +452,85 @@ def _select(rows: np.ndarray, uids: np.ndarray, scores: np.ndarray, n_rows: int,
     return e_scores[take_pos], orig[take_pos]
 
 
-def _kth_scores(S: np.ndarray, uids: np.ndarray, K: int, refs: _Groups) -> np.ndarray:
-    """Per row of dense candidate scores, the score of the K-th original among them."""
-    if refs.identity:
-        return np.partition(S, K - 1, axis=1)[:, K - 1]
-    order = np.argsort(S, axis=1)  # equal scores: any order, the K-th score is the same
-    counts = np.minimum(refs.counts[np.take_along_axis(uids, order, 1)], K)
-    pos = (np.cumsum(counts, axis=1) < K).sum(1)
-    return np.take_along_axis(S, order, 1)[np.arange(S.shape[0]), np.minimum(pos, S.shape[1] - 1)]
+def _kth_scores(S: np.ndarray, uids: np.ndarray, K: int, refs: _Groups, ascending: bool = False) -> np.ndarray:
+    """Per row of dense candidate scores, the score of the K-th original among them.
 
+    ``ascending``: every row of ``S`` is already sorted (no sort here).
+    """
+    if refs.identity:
+        return S[:, K - 1].copy() if ascending else np.partition(S, K - 1, axis=1)[:, K - 1]
+    if not ascending:
+        order = np.argsort(S, axis=1)  # equal scores: any order, the K-th score is the same
+        S, uids = np.take_along_axis(S, order, 1), np.take_along_axis(uids, order, 1)
+    counts = np.minimum(refs.counts[uids], K)
+    pos = (np.cumsum(counts, axis=1) < K).sum(1)
+    return S[np.arange(S.shape[0]), np.minimum(pos, S.shape[1] - 1)]
 
 
 # -- exact scores -------------------------------------------------------------------------------
+
+# Metrics whose exact scores are formed here in NumPy, bit for bit ``metric.exact_scores``: the
+# per-feature terms ((x_f - y_f)^2 or |x_f - y_f|; y - x squares and abs()es to the same value)
+# summed left to right within each EXACT_SUM_CHUNK features and the chunk sums left to right,
+# one IEEE operation per term and per addition as in the torch form (no contraction, no
+# reordering); chebyshev's largest term (a maximum is exact in any order). Cosine and inner
+# product (a contiguous torch reduction above 16 features) keep the torch form.
+_NUMPY_EXACT = ("euclidean", "sqeuclidean", "manhattan", "chebyshev")
+# Terms per NumPy block (features x pairs): a few MiB of temporaries, whose passes stay in the cache
+_EXACT_BLOCK_TERMS = 1 << 19
+
+
+def _reduce_terms(name: str, G: np.ndarray) -> np.ndarray:
+    """Exact scores from the per-feature differences ``G`` (features first; overwritten)."""
+    if name in ("manhattan", "chebyshev"):
+        np.abs(G, out=G)
+    else:
+        np.multiply(G, G, out=G)
+    if name == "chebyshev":
+        return G.max(0)
+    d = G.shape[0]
+    total = None
+    for c0 in range(0, d, EXACT_SUM_CHUNK):
+        c1 = min(d, c0 + EXACT_SUM_CHUNK)
+        part = G[c0] if c1 - c0 == 1 else np.add(G[c0], G[c0 + 1])
+        for f in range(c0 + 2, c1):
+            part += G[f]
+        total = part if total is None else np.add(total, part, out=total)
+    return total
+
+
+def _every_pair(name: str, Q64: np.ndarray, UT: np.ndarray) -> np.ndarray:
+    """Exact scores of every query row of ``Q64`` against every reference column of ``UT`` (feature-major): (b, n).
+
+    The order of :func:`_reduce_terms`, accumulated feature by feature into (b, n)
+    buffers (they stay in the cache where a (features, b, n) array of terms would not).
+    """
+    b, d = Q64.shape
+    n = UT.shape[1]
+    total = np.empty((b, n))
+    part = np.empty((b, n)) if d > EXACT_SUM_CHUNK else None
+    term = np.empty((b, n)) if d > 1 else None
+    combine = np.maximum if name == "chebyshev" else np.add
+    for c0 in range(0, d, EXACT_SUM_CHUNK):
+        acc = total if c0 == 0 else part
+        for f in range(c0, min(d, c0 + EXACT_SUM_CHUNK)):
+            out = acc if f == c0 else term
+            np.subtract(UT[f], Q64[:, f, None], out=out)
+            if name in ("manhattan", "chebyshev"):
+                np.abs(out, out=out)
+            else:
+                np.multiply(out, out, out=out)
+            if f > c0:
+                combine(acc, term, out=acc)
+        if c0 > 0:
+            combine(total, part, out=total)
+    return total
+
+
+def _feature_major(metric: Metric, U64: np.ndarray) -> np.ndarray | None:
+    """The references feature by feature (float64) for the NumPy exact scores, or None (torch form)."""
+    return np.ascontiguousarray(U64.T) if metric.name in _NUMPY_EXACT else None
+
 
 def _pairs_per_chunk(d: int, budget_bytes: int) -> int:
     """Pairs scored per call: temporaries of a few MiB (the chunk sums' strided passes stay in the cache)."""
@@ -380,14 +538,25 @@ def _pairs_per_chunk(d: int, budget_bytes: int) -> int:
     return max(1, min(budget_bytes // (4 * width * 8), (1 << 20) // width))
 
 
-def _exact_pairs(metric: Metric, Q64: np.ndarray, U64: np.ndarray, rows: np.ndarray, uids: np.ndarray,
-                 budget_bytes: int) -> np.ndarray:
+def _numpy_pairs_per_block(d: int, budget_bytes: int) -> int:
+    return max(1, min(budget_bytes // (2 * 8 * d), _EXACT_BLOCK_TERMS // d))
+
+
+def _exact_pairs(metric: Metric, Q64: np.ndarray, U64: np.ndarray, UT: np.ndarray | None, rows: np.ndarray,
+                 uids: np.ndarray, budget_bytes: int) -> np.ndarray:
     """``metric.exact_scores`` (float64) of flat (query row, distinct reference) pairs.
 
     Each pair is scored as its own (1 x d) problem, whose value ``exact_scores``
-    fixes by the pair alone, whatever the chunk.
+    fixes by the pair alone, whatever the chunk. ``UT``: :func:`_feature_major`'s copy.
     """
     out = np.empty(len(rows))
+    if UT is not None:
+        step = _numpy_pairs_per_block(Q64.shape[1], budget_bytes)
+        for s0 in range(0, len(rows), step):
+            G = np.take(UT, uids[s0 : s0 + step], axis=1)
+            G -= Q64[rows[s0 : s0 + step]].T
+            out[s0 : s0 + step] = _reduce_terms(metric.name, G)
+        return out
     step = _pairs_per_chunk(Q64.shape[1], budget_bytes)
     for s0 in range(0, len(rows), step):
         Q = torch.from_numpy(Q64[rows[s0 : s0 + step]])
@@ -396,25 +565,26 @@ def _exact_pairs(metric: Metric, Q64: np.ndarray, U64: np.ndarray, rows: np.ndar
     return out
 
 
-def _exact_dense(metric: Metric, Q64: np.ndarray, U64: np.ndarray, UT: torch.Tensor | None, idx: np.ndarray,
+def _exact_dense(metric: Metric, Q64: np.ndarray, U64: np.ndarray, UT: np.ndarray | None, idx: np.ndarray,
                  budget_bytes: int) -> np.ndarray:
     """``metric.exact_scores`` (float64) of query ``Q64[i]`` against references ``idx[i, j]``: (b, w).
 
-    ``UT``: the references feature-major, for metrics summed feature by feature (else None).
+    ``UT``: :func:`_feature_major`'s copy of the references (NumPy exact scores), else None.
     """
     b, w = idx.shape
     out = np.empty((b, w))
     if b == 0 or w == 0:
         return out
-    by_feature = UT is not None and metric.sums_by_feature(Q64.shape[1])
-    step = max(1, (1 << 21) // w) if by_feature else max(1, _pairs_per_chunk(Q64.shape[1], budget_bytes) // w)
+    if UT is not None:
+        step = max(1, _numpy_pairs_per_block(Q64.shape[1], budget_bytes) // w)
+        for s0 in range(0, b, step):
+            G = np.take(UT, idx[s0 : s0 + step], axis=1)  # (features, rows, candidates)
+            G -= Q64[s0 : s0 + step].T[:, :, None]
+            out[s0 : s0 + step] = _reduce_terms(metric.name, G)
+        return out
+    step = max(1, _pairs_per_chunk(Q64.shape[1], budget_bytes) // w)
     for s0 in range(0, b, step):
-        Q = torch.from_numpy(Q64[s0 : s0 + step])
-        if by_feature:  # the per-feature form, bit for bit exact_scores', from a feature-major copy
-            index = torch.from_numpy(idx[s0 : s0 + step])
-            S = metric.exact_scores_by_feature(Q, lambda f: UT[f][index])
-        else:
-            S = metric.exact_scores(Q, torch.from_numpy(U64[idx[s0 : s0 + step]]))
+        S = metric.exact_scores(torch.from_numpy(Q64[s0 : s0 + step]), torch.from_numpy(U64[idx[s0 : s0 + step]]))
         out[s0 : s0 + step] = S.numpy()
     return out
 
@@ -451,8 +621,12 @@ class _Results:
         self.index = np.empty((n_rows, K), dtype=np.int64)
         self.flat = []
 
-    def dense(self, rows: np.ndarray, idx: np.ndarray, S: np.ndarray) -> None:
-        """Rows with their candidates ``idx`` (distinct references) and exact scores ``S``, (b, w)."""
+    def dense(self, rows: np.ndarray, idx: np.ndarray, S: np.ndarray, ascending: bool = False) -> None:
+        """Rows with their candidates ``idx`` (distinct references) and exact scores ``S``, (b, w).
+
+        ``ascending``: each row of ``idx`` is in increasing order (then a stable sort
+        by score alone orders ties by index).
+        """
         if not rows.size:
             return
         single = None
@@ -467,8 +641,8 @@ class _Results:
                 if not rows.size:
                     return
         # each candidate is one original: sort each row by (score, original index)
-        orig = idx if single is None else self.refs.first[idx]
-        order = np.lexsort((orig, S), axis=-1)[:, : self.K]
+        orig = idx if single is None else self.refs.first[idx]  # first[] is increasing: the order of idx
+        order = (np.argsort(S, axis=1, kind="stable") if ascending else np.lexsort((orig, S), axis=-1))[:, : self.K]
         self.scores[rows] = np.take_along_axis(S, order, 1)
         self.index[rows] = np.take_along_axis(orig, order, 1)
 
@@ -484,15 +658,52 @@ class _Results:
         return self.scores, self.index
 
 
-def _scan(results: _Results, rows: np.ndarray, Q64, U64, metric: Metric, budget_bytes: int) -> None:
+def _scan(results: _Results, rows: np.ndarray, Q64, U64, UT, metric: Metric, budget_bytes: int) -> None:
     """Rows answered from the exact scores of every distinct reference (the bounded fallback)."""
     n_u = U64.shape[0]
     step = _rows_per_block(budget_bytes, 4 * n_u * (U64.shape[1] + 16) * 8, max(1, rows.size))
     everything = np.arange(n_u)
     for s0 in range(0, rows.size, step):
         chunk = rows[s0 : s0 + step]
-        S = metric.exact_scores(torch.from_numpy(Q64[chunk]), torch.from_numpy(U64)[None]).numpy()
-        results.dense(chunk, np.broadcast_to(everything, S.shape), S)
+        if UT is not None:
+            S = _every_pair(metric.name, Q64[chunk], UT)
+        else:
+            S = metric.exact_scores(torch.from_numpy(Q64[chunk]), torch.from_numpy(U64)[None]).numpy()
+        results.dense(chunk, np.broadcast_to(everything, S.shape), S, ascending=True)
+
+
+# -- small searches: every pair --------------------------------------------------------------------
+
+# Searches of at most this many (query, reference, feature) terms (twice as many where the
+# KD-tree would run) score every pair exactly (_direct_search): below it that costs less than
+# the candidates, their selection and the certificate of the other paths (measured against
+# both on ADBench and uniform sets of 80-1,500 rows and 3-33 features; benchmarks/cpu_small_sets.py).
+DIRECT_MAX_TERMS = 1 << 19
+# Pairs scored per block (three float64 buffers of this many scores stay in the cache)
+_DIRECT_BLOCK_SCORES = 1 << 16
+
+
+def _direct_search(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric, budget_bytes: int):
+    """The first K references of each query row by (exact score, index), from the exact scores of every pair.
+
+    ``metric`` one of _NUMPY_EXACT, every reference row distinct or searched as its
+    own (identity groups). Returns (n_q, K) float64 scores and int64 indices.
+    """
+    n_q, d = Qu.shape
+    n_u = U.shape[0]
+    UT = np.ascontiguousarray(U.T)
+    scores = np.empty((n_q, K))
+    index = np.empty((n_q, K), dtype=np.int64)
+    step = max(1, min(_DIRECT_BLOCK_SCORES, budget_bytes // 32) // n_u)
+    for s0 in range(0, n_q, step):
+        S = _every_pair(metric.name, Qu[s0 : s0 + step], UT)
+        # the K smallest of each row, ties at the K-th to the lowest columns, the columns ascending:
+        # a stable sort by score alone then orders them by (score, index)
+        values, cols = _first_columns(S, K)
+        order = np.argsort(values, axis=1, kind="stable")
+        scores[s0 : s0 + step] = np.take_along_axis(values, order, 1)
+        index[s0 : s0 + step] = np.take_along_axis(cols, order, 1)
+    return scores, index
 
 
 # -- KD-tree ------------------------------------------------------------------------------------
@@ -519,7 +730,7 @@ def _tree_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, tree=N
     if tree is None:  # sliding-midpoint splits: faster to build, as fast to query here
         tree = cKDTree(U, leafsize=16, balanced_tree=False, compact_nodes=False, copy_data=False)
     m = min(n_u, K + TREE_MARGIN)
-    UT = torch.from_numpy(np.ascontiguousarray(U.T))
+    UT = _feature_major(metric, U)
     n_q = Qu.shape[0]
     results = _Results(n_q, K, refs)
     low, high = 1.0 - TOLERANCE, 1.0 + TOLERANCE
@@ -531,7 +742,7 @@ def _tree_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, tree=N
         dist, idx = tree.query(Q, k=m, p=p, workers=1)
         ts = _score_of(metric, dist.reshape(b, m))  # the tree's scores (ascending), each within TOLERANCE of the exact one
         idx = idx.reshape(b, m).astype(np.int64)
-        kth = _kth_scores(ts, idx, K, refs)
+        kth = _kth_scores(ts, idx, K, refs, ascending=True)  # the tree returns each row by ascending distance
         if m >= n_u:
             certified = np.ones(b, dtype=bool)
         else:  # what the tree left out scores at least its last returned score
@@ -540,8 +751,8 @@ def _tree_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, tree=N
         limit = kth * (high * high / low)
         cert = np.flatnonzero(certified)
         for part, width in _by_width((ts[cert] <= limit[cert, None]).sum(1), cert):
-            S = _exact_dense(metric, Q[part], U, UT, idx[part, :width], budget_bytes)
-            results.dense(q0 + part, idx[part, :width], S)
+            cand = np.sort(idx[part, :width], axis=1)
+            results.dense(q0 + part, cand, _exact_dense(metric, Q[part], U, UT, cand, budget_bytes), ascending=True)
         open_rows = np.flatnonzero(~certified)
         if open_rows.size:
             radius = _dist_of(metric, limit[open_rows]) * high
@@ -549,7 +760,7 @@ def _tree_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, tree=N
             lengths = np.fromiter((len(f) for f in found), dtype=np.int64, count=len(found))
             uids = np.fromiter((j for f in found for j in f), dtype=np.int64, count=int(lengths.sum()))
             rows = np.repeat(q0 + open_rows, lengths)
-            results.pairs(rows, uids, _exact_pairs(metric, Qu, U, rows, uids, budget_bytes))
+            results.pairs(rows, uids, _exact_pairs(metric, Qu, U, UT, rows, uids, budget_bytes))
         return open_rows.size
 
     block = _rows_per_block(budget_bytes, 8 * m * 8, n_q)
@@ -660,6 +871,8 @@ class _Products:
 
 def _integer_magnitude(U: np.ndarray, Q: np.ndarray) -> float | None:
     """The largest magnitude of the rows when every value is an integer, else None."""
+    if U.size and not (np.array_equal(U[0], np.round(U[0])) and np.array_equal(Q[0], np.round(Q[0]))):
+        return None  # the first row tells for most data
     if not (np.array_equal(U, np.round(U)) and (Q is U or np.array_equal(Q, np.round(Q)))):
         return None
     return max(float(np.abs(U).max()), float(np.abs(Q).max())) if U.size else 0.0
@@ -681,12 +894,12 @@ def _select_levels(n: int, c: int) -> int:
 
 
 def _smallest(A: torch.Tensor, c: int, levels: int):
-    """The ``c`` smallest entries of each row of ``A`` (any order): (values, columns).
+    """The ``c`` smallest entries of each row of ``A`` (any order): NumPy (values, int64 columns).
 
     Every entry left out is at least the largest value kept. The columns (a
     multiple of ``8 ** levels``) are cut into 8 strided groups (column ``g + j *
     n_groups`` in group ``g``) and the group minima taken, ``levels`` times over;
-    the top-k runs on the last minima, then inside the ``c`` chosen groups of each
+    the selection runs on the last minima, then inside the ``c`` chosen groups of each
     level down: its ``c`` groups of smallest minimum hold the ``c`` smallest entries
     below them, and every group left out has a minimum at least the largest kept.
     """
@@ -695,13 +908,58 @@ def _smallest(A: torch.Tensor, c: int, levels: int):
     for _ in range(levels):
         top = tiers[-1]
         tiers.append(top.view(b, _GROUP, top.shape[1] // _GROUP).amin(1))
-    values, cols = torch.topk(tiers[-1], c, dim=1, largest=False, sorted=False)
+    values, cols = _first_columns(tiers[-1].numpy(), c)
     for tier in reversed(tiers[:-1]):
         n_groups = tier.shape[1] // _GROUP
-        members = (cols[:, :, None] + torch.arange(_GROUP) * n_groups).reshape(b, -1)
-        values, pos = torch.topk(tier.gather(1, members), c, dim=1, largest=False, sorted=False)
-        cols = members.gather(1, pos)
+        members = (cols[:, :, None] + np.arange(_GROUP) * n_groups).reshape(b, -1)
+        values, pos = _first_columns(np.take_along_axis(tier.numpy(), members, 1), c)
+        cols = np.take_along_axis(members, pos, 1)
     return values, cols
+
+
+def _first_columns(X: np.ndarray, c: int):
+    """The ``c`` smallest entries of each row of ``X``: (values, int64 columns), columns ascending.
+
+    Every entry left out is at least the largest kept, and of the entries tied at
+    the largest kept value the lowest columns are kept. NumPy's partition of the
+    values (SIMD) gives each row's ``c``-th smallest value ``t``; the entries below
+    ``t`` and the first at ``t`` make up the ``c``. Several times faster than a
+    top-k (or an argpartition) of a few hundred columns.
+    """
+    b, m = X.shape
+    if c >= m:
+        return X.copy(), np.broadcast_to(np.arange(m), (b, m)).copy()
+    t = np.partition(X, c - 1, axis=1)[:, c - 1 : c]
+    mask = X <= t
+    over = np.flatnonzero(_row_counts(mask) != c)  # entries tied at t beyond the c-th
+    if over.size:
+        sub, t_over = X[over], t[over]
+        below, tied = sub < t_over, sub == t_over
+        room = c - _row_counts(below)
+        mask[over] = below | (tied & (np.cumsum(tied, axis=1) <= room[:, None]))
+    flat = np.flatnonzero(mask)
+    values = X.reshape(-1)[flat].reshape(b, c)
+    return values, flat.reshape(b, c) - (np.arange(b) * m)[:, None]
+
+
+def _sorted_by_value(values: np.ndarray, cols: np.ndarray):
+    """Each row of ``values`` ascending, ``cols`` alongside (ties in any order).
+
+    float32 values and their columns are packed into one 64-bit key (the value's
+    bits mapped to an unsigned order, the column below) and sorted as integers:
+    about half the time of an argsort and two gathers.
+    """
+    if values.dtype != np.float32 or values.shape[1] == 0 or int(cols.max()) >= 1 << 32:
+        order = np.argsort(values, axis=1)
+        return np.take_along_axis(values, order, 1), np.take_along_axis(cols, order, 1)
+    bits = values.view(np.uint32)
+    negative = bits >= np.uint32(1 << 31)
+    key = np.where(negative, ~bits, bits | np.uint32(1 << 31)).astype(np.uint64) << np.uint64(32)
+    key |= cols.astype(np.uint64)
+    key.sort(axis=1)
+    high = (key >> np.uint64(32)).astype(np.uint32)
+    bits = np.where(high >= np.uint32(1 << 31), high & np.uint32((1 << 31) - 1), ~high)
+    return bits.view(np.float32), (key & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
 # Candidates per query from the products beyond the K needed.
@@ -724,17 +982,19 @@ def _gemm_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, prod=N
         prod = _Products(metric, U, Qu, min(U.shape[0], K + GEMM_MARGIN))
     Q, offset, scale = prod.query(Qu)
     results = _Results(Qu.shape[0], K, refs)
+    UT = _feature_major(metric, U)
     wide = np.arange(Qu.shape[0])
     for float64 in prod.passes():
         if not wide.size:
             break
-        wide = _gemm_pass(prod, Q, offset, scale, wide, float64, Qu, U, metric, results, budget_bytes, counters, workers)
+        wide = _gemm_pass(prod, Q, offset, scale, wide, float64, Qu, U, UT, metric, results, budget_bytes, counters,
+                          workers)
     counters["rows_exact_scan"] += wide.size
-    _scan(results, wide, Qu, U, metric, budget_bytes)
+    _scan(results, wide, Qu, U, UT, metric, budget_bytes)
     return results.result()
 
 
-def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, metric, results, budget_bytes, counters, workers):
+def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, results, budget_bytes, counters, workers):
     """Settle the query rows ``rows_in`` from float32 or float64 products; returns the rows left wide."""
     n_u = U.shape[0]
     K = results.K
@@ -743,7 +1003,8 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, metric, results,
     dtype = torch.float64 if float64 else torch.float32
     itemsize = 8 if float64 else 4
     block = _rows_per_block(budget_bytes, (itemsize + 2) * prod.n_pad, min(4 * _GEMM_ROWS, max(_GEMM_ROWS, _GEMM_BLOCK_SCORES // prod.n_pad)))
-    Qt = torch.from_numpy(Q).to(dtype)
+    Qt = torch.from_numpy(Q if float64 else Q.astype(np.float32))
+    all_rows = rows_in.size == Q.shape[0] and np.array_equal(rows_in, np.arange(rows_in.size))  # blocks are slices
     local = threading.local()
     give_up = threading.Event()  # float32: the bound is too loose, float64 takes the rest
 
@@ -754,14 +1015,11 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, metric, results,
         b = rows.size
         if getattr(local, "buffer", None) is None:
             local.buffer = torch.empty((block, prod.n_pad), dtype=dtype)
-        A = prod.scores(Qt[torch.from_numpy(rows)], local.buffer[:b])
-        values, cols = _smallest(A, c, prod.levels)
+        A = prod.scores(Qt[span[0] : span[1]] if all_rows else Qt[torch.from_numpy(rows)], local.buffer[:b])
+        values, cols = _sorted_by_value(*_smallest(A, c, prod.levels))
         q, off = scale[rows], offset[rows]
-        approx = values.numpy().astype(np.float64) + off[:, None]
-        order = np.argsort(approx, axis=1)
-        approx = np.take_along_axis(approx, order, 1)
-        cols = np.take_along_axis(cols.numpy().astype(np.int64), order, 1)
-        kth = prod.upper(_kth_scores(approx, cols, K, results.refs), q, g)  # at least the exact K-th score
+        approx = values.astype(np.float64) + off[:, None]  # ascending: adding one value per row keeps the order
+        kth = prod.upper(_kth_scores(approx, cols, K, results.refs, ascending=True), q, g)  # at least the exact K-th score
         reach = prod.reach(kth, q, g)  # product scores of pairs that may score up to it
         if c >= n_u:
             certified = np.ones(b, dtype=bool)
@@ -769,17 +1027,19 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, metric, results,
             certified = prod.lower(approx[:, -1], q, g) > kth
         cert = np.flatnonzero(certified)
         for part, width in _by_width((approx[cert] <= reach[cert, None]).sum(1), cert):
-            # exact products (integers: every partial sum exact, in any order) are exact_scores' values
-            S = approx[part, :width] if g == 0.0 else _exact_dense(metric, Qu[rows[part]], U, None, cols[part, :width],
-                                                                   budget_bytes)
-            results.dense(rows[part], cols[part, :width], S)
+            if g == 0.0:  # exact products (integers: every partial sum exact, in any order) are exact_scores' values
+                results.dense(rows[part], cols[part, :width], approx[part, :width])
+            else:
+                cand = np.sort(cols[part, :width], axis=1)
+                results.dense(rows[part], cand, _exact_dense(metric, Qu[rows[part]], U, UT, cand, budget_bytes),
+                              ascending=True)
         open_rows = np.flatnonzero(~certified)
         if not open_rows.size:
             return rows[:0], 0
-        (r, u, a), too_wide = _band(A[torch.from_numpy(open_rows)], (reach - off)[open_rows], g == 0.0, c,
+        (r, u, a), too_wide = _band(A.numpy()[open_rows], (reach - off)[open_rows], g == 0.0, c,
                                     _BAND_PER_NEIGHBOUR * K)
         r = open_rows[r]
-        S = a + off[r] if g == 0.0 else _exact_pairs(metric, Qu, U, rows[r], u, budget_bytes)
+        S = a + off[r] if g == 0.0 else _exact_pairs(metric, Qu, U, UT, rows[r], u, budget_bytes)
         results.pairs(rows[r], u, S)
         if not float64 and too_wide.size > _WIDE_SHARE * b:
             give_up.set()
@@ -792,7 +1052,7 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, metric, results,
     return np.concatenate([w for w, _ in done])
 
 
-def _band(A: torch.Tensor, limit: np.ndarray, exact: bool, c: int, cap: int):
+def _band(A: np.ndarray, limit: np.ndarray, exact: bool, c: int, cap: int):
     """Entries (row, column, product score) each row of ``A`` may need, and the rows too wide.
 
     ``limit``: per row, the largest product score that may belong to the K nearest.
@@ -801,19 +1061,28 @@ def _band(A: torch.Tensor, limit: np.ndarray, exact: bool, c: int, cap: int):
     references). Else every column up to the limit, rows with more than ``cap``
     of them left to the caller.
     """
-    lim = torch.from_numpy(limit).to(A.dtype)
+    lim = limit.astype(A.dtype)[:, None]  # rounded to nearest, as the product scores
     if exact:
-        r_lt, u_lt = (A < lim[:, None]).nonzero(as_tuple=True)
-        r_eq, u_eq = (A == lim[:, None]).nonzero(as_tuple=True)
-        r_eq, u_eq = r_eq.numpy(), u_eq.numpy()
+        r_lt, u_lt = _nonzero(A < lim)
+        r_eq, u_eq = _nonzero(A == lim)
         keep = np.arange(len(r_eq)) - np.searchsorted(r_eq, r_eq) < c
-        rows = np.concatenate([r_lt.numpy(), r_eq[keep]])
-        cols = np.concatenate([u_lt.numpy(), u_eq[keep]]).astype(np.int64)
-        values = A[torch.from_numpy(rows), torch.from_numpy(cols)].numpy().astype(np.float64)
-        return (rows, cols, values), np.zeros(0, dtype=np.int64)
+        rows = np.concatenate([r_lt, r_eq[keep]])
+        cols = np.concatenate([u_lt, u_eq[keep]]).astype(np.int64)
+        return (rows, cols, A[rows, cols].astype(np.float64)), np.zeros(0, dtype=np.int64)
     # one step up: a score that rounds onto the limit still counts
-    lim = torch.nextafter(lim, torch.tensor(math.inf, dtype=A.dtype))
-    mask = A <= lim[:, None]
-    narrow = mask.sum(1).numpy() <= cap
-    r, u = mask[torch.from_numpy(narrow)].nonzero(as_tuple=True)
-    return (np.flatnonzero(narrow)[r.numpy()], u.numpy().astype(np.int64), None), np.flatnonzero(~narrow)
+    mask = A <= np.nextafter(lim, A.dtype.type(np.inf))
+    narrow = _row_counts(mask) <= cap
+    r, u = _nonzero(mask if narrow.all() else mask[narrow])
+    return (np.flatnonzero(narrow)[r], u, None), np.flatnonzero(~narrow)
+
+
+def _row_counts(mask: np.ndarray) -> np.ndarray:
+    """True entries per row of a boolean matrix (a byte sum: twice as fast as count_nonzero along rows)."""
+    return mask.view(np.uint8).sum(1, dtype=np.int64)
+
+
+def _nonzero(mask: np.ndarray):
+    """np.nonzero of a boolean matrix (rows, columns: int64, row-major), from the flat positions (several times faster)."""
+    flat = np.flatnonzero(mask)
+    rows = flat // max(1, mask.shape[1])
+    return rows, flat - rows * mask.shape[1]
