@@ -14,9 +14,11 @@ current one and swapped in for its calls, and checks that both return the same d
 indices bit for bit.
 
 Timing: CPU time of the process (``time.process_time``: every thread's time, so work spread
-over threads or spinning in a thread pool counts in full), the best of ``--repeats`` rounds;
-each round calls baseline, gpumine and scikit-learn in turn, so a busy moment of a shared
-host hits all alike. The thread settings are left as they are (the sweep sets none; set
+over threads or spinning in a thread pool counts in full), the best of up to ``--repeats``
+rounds (at least ``--min-repeats``, no new round after ``--set-seconds`` on a set); each round
+calls baseline, gpumine and scikit-learn in turn, each after a ``--pause`` (the idle OpenMP
+workers of the previous call spin for milliseconds and would count against the next), so a
+busy moment of a shared host hits all alike. The thread settings are left as they are (the sweep sets none; set
 ``OMP_NUM_THREADS`` before the run to change them). Output: a Markdown table on stdout,
 ``--out`` a JSON list of records.
 
@@ -81,7 +83,8 @@ def _cpu_time(fn, pause: float):
     return time.process_time() - start, out
 
 
-def run_set(X: np.ndarray, k: int, repeats: int, jobs: int, baseline, pause: float) -> dict:
+def run_set(X: np.ndarray, k: int, repeats: int, jobs: int, baseline, pause: float, min_repeats: int = 5,
+            seconds: float = float("inf")) -> dict:
     current = host.cpu_search
 
     def ours():
@@ -102,11 +105,14 @@ def run_set(X: np.ndarray, k: int, repeats: int, jobs: int, baseline, pause: flo
         fns = {"baseline": old, **fns}
     best = dict.fromkeys(fns, float("inf"))
     out = {}
-    for _ in range(repeats):
+    start, rounds = time.perf_counter(), 0
+    while rounds < repeats and (rounds < min_repeats or time.perf_counter() - start < seconds):
         for name, fn in fns.items():
             elapsed, out[name] = _cpu_time(fn, pause)
             best[name] = min(best[name], elapsed)
+        rounds += 1
     record = {f"{name}_cpu_ms": 1e3 * t for name, t in best.items()}
+    record["rounds"] = rounds
     record["ratio"] = best["sklearn"] / best["gpumine"]  # > 1: gpumine faster
     if baseline is not None:
         record["baseline_ratio"] = best["sklearn"] / best["baseline"]
@@ -120,7 +126,9 @@ def main(argv=None) -> int:
     parser.add_argument("--sets", nargs="+", default=list(SMALL + LARGER), help="set names (file stems or without the number)")
     parser.add_argument("--k", type=int, default=20)
     parser.add_argument("--max-rows", type=int, default=20_000, help="the first rows of larger sets")
-    parser.add_argument("--repeats", type=int, default=15, help="interleaved rounds; the best CPU time of each counts")
+    parser.add_argument("--repeats", type=int, default=30, help="interleaved rounds at most; the best CPU time of each counts")
+    parser.add_argument("--min-repeats", type=int, default=5, help="rounds at least")
+    parser.add_argument("--set-seconds", type=float, default=30.0, help="no new round once a set has taken this long")
     parser.add_argument("--sklearn-jobs", type=int, default=-1, help="n_jobs of NearestNeighbors (the sweep: -1)")
     parser.add_argument("--pause", type=float, default=0.1,
                         help="seconds of sleep before each timed call (idle BLAS/OpenMP threads of the previous one stop spinning)")
@@ -135,9 +143,9 @@ def main(argv=None) -> int:
         NearestNeighbors(n_neighbors=3, n_jobs=args.sklearn_jobs).fit(warm[:, :d]).kneighbors()
     meta = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-            "k": args.k, "repeats": args.repeats, "sklearn_jobs": args.sklearn_jobs, "timer": "process_time", "pause_s": args.pause}
+            "k": args.k, "repeats": args.repeats, "min_repeats": args.min_repeats, "set_seconds": args.set_seconds, "sklearn_jobs": args.sklearn_jobs, "timer": "process_time", "pause_s": args.pause}
     print(f"<!-- {json.dumps(meta)} -->")
-    head = "| set | rows x features | path |"
+    head = "| set | rows x features | path |" if baseline is None else "| set | rows x features | path before -> after |"
     head += " before ms | after ms | scikit-learn ms | before ratio | after ratio | identical |" if baseline else \
         " gpumine ms | scikit-learn ms | ratio |"
     print(head)
@@ -149,15 +157,18 @@ def main(argv=None) -> int:
             X = np.ascontiguousarray(data["X"][: args.max_rows], dtype=np.float32)
         rec = {"set": path.stem, "rows": X.shape[0], "features": X.shape[1], **run_set(X, args.k, args.repeats,
                                                                                           args.sklearn_jobs, baseline,
-                                                                                          args.pause)}
-        found = {}
+                                                                                          args.pause, args.min_repeats,
+                                                                                          args.set_seconds)}
         T = torch.from_numpy(X)
-        host.cpu_search(T, T, args.k, _euclidean(), exclude_self=True, budget_bytes=1 << 30, stats=found)
-        rec["path"] = found.get("selection")
+        for key, module in (("path", host), ("baseline_path", baseline)):
+            if module is not None:  # the path each takes (the working memory does not change it)
+                found = {}
+                module.cpu_search(T, T, args.k, _euclidean(), exclude_self=True, budget_bytes=1 << 30, stats=found)
+                rec[key] = found.get("selection")
         records.append(rec)
         shape = f"{X.shape[0]:,} x {X.shape[1]}"
         if baseline:
-            print(f"| {path.stem} | {shape} | {rec['path']} | {rec['baseline_cpu_ms']:.2f} | {rec['gpumine_cpu_ms']:.2f} | "
+            print(f"| {path.stem} | {shape} | {rec['baseline_path']} -> {rec['path']} | {rec['baseline_cpu_ms']:.2f} | {rec['gpumine_cpu_ms']:.2f} | "
                   f"{rec['sklearn_cpu_ms']:.2f} | {rec['baseline_ratio']:.2f} | {rec['ratio']:.2f} | "
                   f"{'yes' if rec['identical_to_baseline'] else 'NO'} |", flush=True)
         else:

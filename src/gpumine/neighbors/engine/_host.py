@@ -314,7 +314,7 @@ class _Groups:
     def __init__(self, X: np.ndarray, every_row_if_few: bool = False):
         n = X.shape[0]
         rows = np.ascontiguousarray(X)
-        found = self._by_hash(rows) if n > 1 else (np.arange(n), np.arange(n), np.ones(n, dtype=np.int64))
+        found = self._by_hash(rows, every_row_if_few) if n > 1 else (np.arange(n), np.arange(n), np.ones(n, dtype=np.int64))
         if found is None:  # a collision, or rows of no whole 32-bit words
             keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
             _, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
@@ -341,8 +341,12 @@ class _Groups:
         self.starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
 
     @staticmethod
-    def _by_hash(rows: np.ndarray):
-        """(first, inverse, counts) of the distinct rows in any group order, as np.unique gives them; None on a collision."""
+    def _by_hash(rows: np.ndarray, every_row_if_few: bool):
+        """(first, inverse, counts) of the distinct rows in any group order, as np.unique gives them; None on a collision.
+
+        With ``every_row_if_few``, few copies by hash are every row (the copies by
+        bytes are no more, a collision only merges groups): no check needed.
+        """
         n = rows.shape[0]
         h = _row_hashes(rows)
         if h is None:
@@ -355,6 +359,8 @@ class _Groups:
         if new.all():
             return np.arange(n), np.arange(n), np.ones(n, dtype=np.int64)
         starts = np.flatnonzero(new)
+        if every_row_if_few and starts.size >= _DEDUPE_MIN_SHARE * n and np.diff(np.append(starts, n)).max() <= _DEDUPE_MIN_COPIES:
+            return np.arange(n), np.arange(n), np.ones(n, dtype=np.int64)
         group = np.cumsum(new) - 1  # per sorted position
         first = order[starts]  # the lowest original row of each group
         words = rows.view(np.uint32)
