@@ -14,15 +14,17 @@ current one and swapped in for its calls, and checks that both return the same d
 indices bit for bit.
 
 Timing: CPU time of the process (``time.process_time``: every thread's time, so work spread
-over threads or spinning in a thread pool counts in full), the best of up to ``--repeats``
-rounds (at least ``--min-repeats``, no new round after ``--set-seconds`` on a set); each round
-calls baseline, gpumine and scikit-learn in turn, each after a ``--pause`` (the idle OpenMP
-workers of the previous call spin for milliseconds and would count against the next), so a
-busy moment of a shared host hits all alike. The thread settings are left as they are (the sweep sets none; set
-``OMP_NUM_THREADS`` before the run to change them). Output: a Markdown table on stdout,
-``--out`` a JSON list of records.
+over threads or spinning in a thread pool counts in full), the best of the rounds. A round
+visits every set and calls baseline, gpumine and scikit-learn on it in turn, each after a
+``--pause`` (idle OpenMP workers of the previous call spin for milliseconds and would count
+against the next); rounds repeat, at least ``--min-rounds`` and at most ``--rounds``, until
+``--seconds`` have passed. So each set's samples are spread over the whole run and a busy spell
+of a shared host hits every column of a set alike. The thread settings are left as they are
+(the sweep sets none; set ``OMP_NUM_THREADS`` before the run to change them). Output: a
+Markdown table on stdout, ``--out`` a JSON list of records.
 
-    python benchmarks/cpu_small_sets.py --baseline old_host.py --out cpu_small_sets.json
+    git show HEAD~1:src/gpumine/neighbors/engine/_host.py > /tmp/old_host.py
+    python benchmarks/cpu_small_sets.py --baseline /tmp/old_host.py --out cpu_small_sets.json
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import torch  # noqa: E402
 from sklearn.neighbors import NearestNeighbors  # noqa: E402
 
 import gpumine.neighbors.engine._host as host  # noqa: E402
+from gpumine.core.distance import get_metric  # noqa: E402
 from gpumine.neighbors import kneighbors  # noqa: E402
 
 SMALL = ("Ionosphere", "WBC", "WDBC", "Hepatitis", "Lymphography", "glass", "wine", "vertebral", "Stamps", "Pima",
@@ -83,8 +86,8 @@ def _cpu_time(fn, pause: float):
     return time.process_time() - start, out
 
 
-def run_set(X: np.ndarray, k: int, repeats: int, jobs: int, baseline, pause: float, min_repeats: int = 5,
-            seconds: float = float("inf")) -> dict:
+def _calls(X: np.ndarray, k: int, jobs: int, baseline) -> dict:
+    """The timed calls on one set, in the order of a round."""
     current = host.cpu_search
 
     def ours():
@@ -101,23 +104,40 @@ def run_set(X: np.ndarray, k: int, repeats: int, jobs: int, baseline, pause: flo
         return NearestNeighbors(n_neighbors=k, n_jobs=jobs).fit(X).kneighbors()
 
     fns = {"gpumine": ours, "sklearn": sklearn}
-    if baseline is not None:
-        fns = {"baseline": old, **fns}
-    best = dict.fromkeys(fns, float("inf"))
-    out = {}
-    start, rounds = time.perf_counter(), 0
-    while rounds < repeats and (rounds < min_repeats or time.perf_counter() - start < seconds):
-        for name, fn in fns.items():
-            elapsed, out[name] = _cpu_time(fn, pause)
-            best[name] = min(best[name], elapsed)
-        rounds += 1
-    record = {f"{name}_cpu_ms": 1e3 * t for name, t in best.items()}
-    record["rounds"] = rounds
+    return {"baseline": old, **fns} if baseline is not None else fns
+
+
+def _record(name: str, X: np.ndarray, k: int, best: dict, out: dict, rounds: int, baseline) -> dict:
+    record = {"set": name, "rows": X.shape[0], "features": X.shape[1], "rounds": rounds}
+    record.update({f"{fn}_cpu_ms": 1e3 * t for fn, t in best.items()})
     record["ratio"] = best["sklearn"] / best["gpumine"]  # > 1: gpumine faster
+    T = torch.from_numpy(X)
+    for key, module in (("path", host), ("baseline_path", baseline)):
+        if module is not None:  # the path each takes (the working memory does not change it)
+            found = {}
+            module.cpu_search(T, T, k, get_metric("euclidean"), exclude_self=True, budget_bytes=1 << 30, stats=found)
+            record[key] = found.get("selection")
     if baseline is not None:
         record["baseline_ratio"] = best["sklearn"] / best["baseline"]
         record["identical_to_baseline"] = bool(all(np.array_equal(a, b) for a, b in zip(out["gpumine"], out["baseline"])))
     return record
+
+
+def render(records: list, baseline: bool) -> str:
+    head = "| set | rows x features | path before -> after |" if baseline else "| set | rows x features | path |"
+    head += (" before ms | after ms | scikit-learn ms | before ratio | after ratio | identical |" if baseline
+             else " gpumine ms | scikit-learn ms | ratio |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for rec in records:
+        shape = f"{rec['rows']:,} x {rec['features']}"
+        if baseline:
+            lines.append(f"| {rec['set']} | {shape} | {rec['baseline_path']} -> {rec['path']} | {rec['baseline_cpu_ms']:.2f} | "
+                         f"{rec['gpumine_cpu_ms']:.2f} | {rec['sklearn_cpu_ms']:.2f} | {rec['baseline_ratio']:.2f} | "
+                         f"{rec['ratio']:.2f} | {'yes' if rec['identical_to_baseline'] else 'NO'} |")
+        else:
+            lines.append(f"| {rec['set']} | {shape} | {rec['path']} | {rec['gpumine_cpu_ms']:.2f} | {rec['sklearn_cpu_ms']:.2f} | "
+                         f"{rec['ratio']:.2f} |")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -126,12 +146,12 @@ def main(argv=None) -> int:
     parser.add_argument("--sets", nargs="+", default=list(SMALL + LARGER), help="set names (file stems or without the number)")
     parser.add_argument("--k", type=int, default=20)
     parser.add_argument("--max-rows", type=int, default=20_000, help="the first rows of larger sets")
-    parser.add_argument("--repeats", type=int, default=30, help="interleaved rounds at most; the best CPU time of each counts")
-    parser.add_argument("--min-repeats", type=int, default=5, help="rounds at least")
-    parser.add_argument("--set-seconds", type=float, default=30.0, help="no new round once a set has taken this long")
+    parser.add_argument("--rounds", type=int, default=30, help="rounds over all sets at most; the best CPU time of each counts")
+    parser.add_argument("--min-rounds", type=int, default=5, help="rounds at least")
+    parser.add_argument("--seconds", type=float, default=600.0, help="no new round after this long")
     parser.add_argument("--sklearn-jobs", type=int, default=-1, help="n_jobs of NearestNeighbors (the sweep: -1)")
     parser.add_argument("--pause", type=float, default=0.1,
-                        help="seconds of sleep before each timed call (idle BLAS/OpenMP threads of the previous one stop spinning)")
+                        help="seconds of sleep before each timed call (idle OpenMP workers of the previous one stop spinning)")
     parser.add_argument("--baseline", help="an older gpumine/neighbors/engine/_host.py to time beside the current one")
     parser.add_argument("--out", help="JSON file of the records")
     args = parser.parse_args(argv)
@@ -142,47 +162,31 @@ def main(argv=None) -> int:
         kneighbors(warm[:, :d], None, 3, device="cpu", verbose=0)
         NearestNeighbors(n_neighbors=3, n_jobs=args.sklearn_jobs).fit(warm[:, :d]).kneighbors()
     meta = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-            "k": args.k, "repeats": args.repeats, "min_repeats": args.min_repeats, "set_seconds": args.set_seconds, "sklearn_jobs": args.sklearn_jobs, "timer": "process_time", "pause_s": args.pause}
-    print(f"<!-- {json.dumps(meta)} -->")
-    head = "| set | rows x features | path |" if baseline is None else "| set | rows x features | path before -> after |"
-    head += " before ms | after ms | scikit-learn ms | before ratio | after ratio | identical |" if baseline else \
-        " gpumine ms | scikit-learn ms | ratio |"
-    print(head)
-    print("|" + "---|" * (head.count("|") - 1))
-    records = []
+            "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "k": args.k,
+            "rounds": args.rounds, "min_rounds": args.min_rounds, "seconds": args.seconds, "sklearn_jobs": args.sklearn_jobs,
+            "timer": "process_time", "pause_s": args.pause}
+    sets = []
     for name in args.sets:
         path = _find(args.data_dir, name)
         with np.load(path) as data:
             X = np.ascontiguousarray(data["X"][: args.max_rows], dtype=np.float32)
-        rec = {"set": path.stem, "rows": X.shape[0], "features": X.shape[1], **run_set(X, args.k, args.repeats,
-                                                                                          args.sklearn_jobs, baseline,
-                                                                                          args.pause, args.min_repeats,
-                                                                                          args.set_seconds)}
-        T = torch.from_numpy(X)
-        for key, module in (("path", host), ("baseline_path", baseline)):
-            if module is not None:  # the path each takes (the working memory does not change it)
-                found = {}
-                module.cpu_search(T, T, args.k, _euclidean(), exclude_self=True, budget_bytes=1 << 30, stats=found)
-                rec[key] = found.get("selection")
-        records.append(rec)
-        shape = f"{X.shape[0]:,} x {X.shape[1]}"
-        if baseline:
-            print(f"| {path.stem} | {shape} | {rec['baseline_path']} -> {rec['path']} | {rec['baseline_cpu_ms']:.2f} | {rec['gpumine_cpu_ms']:.2f} | "
-                  f"{rec['sklearn_cpu_ms']:.2f} | {rec['baseline_ratio']:.2f} | {rec['ratio']:.2f} | "
-                  f"{'yes' if rec['identical_to_baseline'] else 'NO'} |", flush=True)
-        else:
-            print(f"| {path.stem} | {shape} | {rec['path']} | {rec['gpumine_cpu_ms']:.2f} | {rec['sklearn_cpu_ms']:.2f} | "
-                  f"{rec['ratio']:.2f} |", flush=True)
-        if args.out:
-            Path(args.out).write_text(json.dumps({"meta": meta, "records": records}, indent=1))
+        calls = _calls(X, args.k, args.sklearn_jobs, baseline)
+        sets.append((path.stem, X, calls, dict.fromkeys(calls, float("inf")), {}))
+    start, rounds = time.perf_counter(), 0
+    while rounds < args.rounds and (rounds < args.min_rounds or time.perf_counter() - start < args.seconds):
+        for _, _, calls, best, out in sets:
+            for fn_name, fn in calls.items():
+                elapsed, out[fn_name] = _cpu_time(fn, args.pause)
+                best[fn_name] = min(best[fn_name], elapsed)
+        rounds += 1
+        print(f"round {rounds}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    records = [_record(name, X, args.k, best, out, rounds, baseline) for name, X, _, best, out in sets]
+    meta["rounds_run"] = rounds
+    print(f"<!-- {json.dumps(meta)} -->")
+    print(render(records, baseline is not None))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"meta": meta, "records": records}, indent=1))
     return 0
-
-
-def _euclidean():
-    from gpumine.core.distance import get_metric
-
-    return get_metric("euclidean")
 
 
 if __name__ == "__main__":

@@ -1042,14 +1042,19 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
         open_rows = np.flatnonzero(~certified)
         if not open_rows.size:
             return rows[:0], 0
-        (r, u, a), too_wide = _band(A.numpy()[open_rows], (reach - off)[open_rows], g == 0.0, c,
-                                    _BAND_PER_NEIGHBOUR * K)
-        r = open_rows[r]
+        if 4 * open_rows.size >= b:  # many: the band of the whole block (no copy of the open rows; the others reach none)
+            limit = np.full(b, -np.inf)
+            limit[open_rows] = (reach - off)[open_rows]
+            (r, u, a), too_wide = _band(A.numpy(), limit, g == 0.0, c, _BAND_PER_NEIGHBOUR * K)
+        else:
+            (r, u, a), too_wide = _band(A.numpy()[open_rows], (reach - off)[open_rows], g == 0.0, c,
+                                        _BAND_PER_NEIGHBOUR * K)
+            r, too_wide = open_rows[r], open_rows[too_wide]
         S = a + off[r] if g == 0.0 else _exact_pairs(metric, Qu, U, UT, rows[r], u, budget_bytes)
         results.pairs(rows[r], u, S)
         if not float64 and too_wide.size > _WIDE_SHARE * b:
             give_up.set()
-        return rows[open_rows][too_wide], open_rows.size
+        return rows[too_wide], open_rows.size
 
     if rows_in.size * prod.n_pad * prod.d < _PARALLEL_MIN_GEMM:
         workers = 1
