@@ -12,11 +12,11 @@ import torch
 pytest.importorskip("triton")
 
 
-def _run_interpreted(marks: str, timeout: int) -> None:
+def _run_interpreted(marks: str, timeout: int, cases: str = "triton_knn_cases.py") -> None:
     here = Path(__file__).parent
     env = dict(os.environ, TRITON_INTERPRET="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", marks, str(here / "triton_knn_cases.py")],
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", marks, str(here / cases)],
         capture_output=True, text=True, env=env, cwd=here.parent, timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -36,3 +36,8 @@ def test_fused_kernel_cases_under_the_triton_interpreter():
 @pytest.mark.slow
 def test_every_fused_kernel_case_under_the_triton_interpreter():
     _run_interpreted("slow", timeout=3600)
+
+
+@on_gpu_natively
+def test_exact_select_kernel_cases_under_the_triton_interpreter():
+    _run_interpreted("not slow", timeout=600, cases="triton_exact_select_cases.py")

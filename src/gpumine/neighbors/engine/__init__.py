@@ -17,6 +17,8 @@ torch twins):
   selection, then exact float64 scores).
 * ``_dense``: L2 searches on a GPU from one product per block of queries, a
   float64 re-score of the candidates and a radius pass for rows with ties.
+* ``_exact_select`` / ``_exact_select_kernel``: large L2 searches at few
+  features on a GPU, float64 scores selected in one launch (no certificate).
 * ``_float64_order``: the order by float64 exact scores for float32 data.
 * ``_duplicates``: exact duplicate rows collapsed before a search.
 * ``_magnitude``: data near the ends of the float range scaled or widened.

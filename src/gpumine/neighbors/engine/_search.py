@@ -25,7 +25,9 @@ On a GPU, L2 searches whose queries' score blocks fit the working memory run
 radius pass per block, bounded whatever the ties); larger ones run dense when
 their references are the distinct rows of duplicated data or when the fused
 kernel's first pass leaves more than a few rows of a sample open
-(:func:`_runs_dense`), and on this engine otherwise.
+(:func:`_runs_dense`), and on this engine otherwise. Of the searches that run
+dense, large ones at few features run on the exact-selection kernel instead
+(:mod:`._exact_select`: float64 scores selected in one launch, no certificate).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from ...core.select import PAD_INDEX
 from ...core.tiles import TilePlan, iter_row_chunks, plan_tiles, same_device, tile_bytes
 from ._curve import _curve_applies
 from ._dense import dense_by_size, dense_eligible, dense_search
+from ._exact_select import exact_select_applies, exact_select_preferred, exact_select_search
 from ._duplicates import DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
 from ._exact_tile_kernel import exact_tile_scores, scores_within
 from ._float64_order import FLOAT64_ORDER_METRICS, Float64Tiles, certified_rows, needs_float64_order, rescore
@@ -308,8 +311,12 @@ def _search_ordered(ref, query, k, metric, exclude_self, order64, *, device, bud
     if dense is None:
         dense = _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, engine, deduplicated)
     if dense:
+        query = query if same_device(query.device, device) else query.to(device)
+        if (exact_select_applies(ref, query, k, metric, device, backend, precision)
+                and exact_select_preferred(query.shape[0], ref.shape[0], ref.shape[1])):
+            return exact_select_search(ref, query, k, metric, exclude_self=exclude_self, budget_bytes=budget_bytes, stats=stats)
         # float32 scores that are not exact (order64) rule out exactly scored integer data
-        return dense_search(ref, query if same_device(query.device, device) else query.to(device), k, metric,
+        return dense_search(ref, query, k, metric,
                             exclude_self=exclude_self, budget_bytes=budget_bytes, stats=stats, maybe_integral=not order64)
     width = float64_list_width(k, ref.shape[0], exclude_self) if order64 else k
     scores = torch.empty((query.shape[0], width), dtype=ref.dtype, device=device)

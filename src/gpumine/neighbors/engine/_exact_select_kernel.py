@@ -1,0 +1,262 @@
+"""Exact k-selection in one launch: float64 scores in the engine's summation order, selected in registers.
+
+Each program owns ``BLOCK_M`` queries and streams the references ``BLOCK_N``
+at a time in column order. Every (query, reference) score is formed in float64
+exactly as :meth:`Metric.exact_scores` forms it for the float64 copy of the
+data — the per-feature terms ``(x_f - y_f)^2`` (``|x_f - y_f|``) added left to
+right within chunks of ``EXACT_SUM_CHUNK`` features, the chunk sums added left
+to right, contraction off — so each score equals the engine's float64 re-score
+bit for bit. Selection keeps the ``C`` best (score, column) pairs per query in
+registers with their largest score as a threshold, as the fused candidate
+kernel does: per tile one row minimum and one compare, and an insertion loop
+only for rows the tile really improves. References are visited in increasing
+column order and an equal score never displaces an earlier entry, so the kept
+set is exactly the ``C`` smallest by (float64 score, column).
+
+Why it exists: the float32 candidate phase needs a certificate, and ties (integer
+features, duplicates, tight clusters) leave rows uncertified. Here the selected
+scores are final. Work is one float64 score per pair plus the insertions, the
+same for any data: no certificate, no retry, no radius pass. Ties cost nothing
+(an equal score does not enter).
+
+Small query sets split the references over ``splits`` programs per query block,
+each keeping its own ``C`` best; :func:`exact_select` merges them by (score,
+index).
+
+The torch twin is :func:`exact_select_torch` (the whole score matrix by
+``Metric.exact_scores`` and a sort by (score, index)); both return the same
+scores and indices bit for bit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - exercised on machines without triton
+    triton = None
+    tl = None
+
+from ...core.distance import EXACT_SUM_CHUNK
+
+__all__ = ["exact_select", "exact_select_torch", "exact_select_available", "EXACT_SELECT_METRICS", "EXACT_SELECT_MAX_K",
+           "EXACT_SELECT_MAX_FEATURES"]
+
+EXACT_SELECT_METRICS = ("euclidean", "sqeuclidean", "manhattan")
+# per-query lists live in registers (C = the power of two at or above k)
+EXACT_SELECT_MAX_K = 128
+# the feature loop is unrolled (one load of each feature per tile); wider data runs elsewhere
+EXACT_SELECT_MAX_FEATURES = 128
+# offsets of operands with this many elements or more are computed in 64 bits
+_WIDE_FROM = 2**31
+
+
+def exact_select_available() -> bool:
+    """Whether :func:`exact_select` can run (the 'triton' package is installed)."""
+    return triton is not None
+
+
+if triton is not None:
+
+    @triton.jit
+    def _exact64_block(QT, RT, rows, cols, row_ok, col_ok, stride_q_feat, stride_r_feat,
+                       D: tl.constexpr, CHUNK: tl.constexpr, MANHATTAN: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        # chunks of CHUNK features, each summed left to right from its first term, chunk sums
+        # added left to right (Metric.exact_scores' order); 0 + t is t, so starting at zero is exact
+        total = tl.zeros((BLOCK_M, BLOCK_N), tl.float64)
+        for c0 in tl.static_range(0, D, CHUNK):
+            part = tl.zeros((BLOCK_M, BLOCK_N), tl.float64)
+            for f in tl.static_range(c0, min(c0 + CHUNK, D)):
+                q = tl.load(QT + f * stride_q_feat + rows, mask=row_ok, other=0.0).to(tl.float64)
+                r = tl.load(RT + f * stride_r_feat + cols, mask=col_ok, other=0.0).to(tl.float64)
+                diff = q[:, None] - r[None, :]
+                if MANHATTAN:
+                    part = part + tl.abs(diff)
+                else:
+                    part = part + diff * diff
+            total = total + part
+        return total
+
+    @triton.jit(do_not_specialize=["n_query", "n_ref", "refs_per_split", "self_offset", "K"])
+    def _exact_select_kernel(
+        QT, RT, OUT_SCORE, OUT_INDEX,
+        n_query, n_ref, refs_per_split, self_offset, K,
+        stride_q_feat, stride_r_feat, stride_out,
+        D: tl.constexpr, CHUNK: tl.constexpr, MANHATTAN: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
+        C: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr,
+    ):
+        pid_m = tl.program_id(0)
+        split = tl.program_id(1)
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        first = split * refs_per_split
+        if WIDE:
+            rows = rows.to(tl.int64)
+            first = first.to(tl.int64)
+        row_ok = rows < n_query
+        slots = tl.arange(0, C)
+        lanes = tl.arange(0, BLOCK_N)
+        # only the first K slots take part; the others hold -inf and are never the worst, so a
+        # list keeps exactly K entries (fewer insertions than C when k is not a power of two)
+        best = tl.where(slots[None, :] < K, float("inf"), float("-inf")) + tl.zeros((BLOCK_M, C), tl.float64)
+        # distinct negative placeholders, so "the worst slot" is always exactly one slot
+        best_col = tl.zeros((BLOCK_M, C), tl.int32) - 1 - slots[None, :]
+        worst = tl.full((BLOCK_M,), float("inf"), tl.float64)
+        last = tl.minimum(first + refs_per_split, n_ref)
+        own = rows + self_offset
+        own_lo = pid_m * BLOCK_M + self_offset
+        for start in range(first, last, BLOCK_N):
+            cols = start + lanes
+            col_ok = cols < last
+            acc = _exact64_block(QT, RT, rows, cols, row_ok, col_ok, stride_q_feat, stride_r_feat,
+                                 D, CHUNK, MANHATTAN, BLOCK_M, BLOCK_N)
+            # masks only on the last tile and on tiles that hold some row's own column
+            needs_mask = start + BLOCK_N > last
+            if EXCLUDE_SELF:
+                needs_mask = needs_mask | ((start < own_lo + BLOCK_M) & (own_lo < start + BLOCK_N))
+            if needs_mask:
+                valid = col_ok[None, :]
+                if EXCLUDE_SELF:
+                    valid = valid & (cols[None, :] != own[:, None])
+                acc = tl.where(valid, acc, float("inf"))
+            improves = tl.max((tl.min(acc, 1) < worst).to(tl.int32), 0)
+            while improves > 0:
+                low, low_lane = tl.min(acc, 1, return_indices=True)  # ties: the lower column
+                enters = low < worst
+                # replace the worst score, among equal worst scores the highest column: every
+                # column of this tile is higher than the kept ones of earlier tiles
+                evict = tl.argmax(tl.where(best == worst[:, None], best_col, -(1 << 30)), 1)
+                put = (slots[None, :] == evict[:, None]) & enters[:, None]
+                best = tl.where(put, low[:, None], best)
+                best_col = tl.where(put, (start + low_lane).to(tl.int32)[:, None], best_col)
+                worst = tl.max(best, 1)
+                acc = tl.where(lanes[None, :] == low_lane[:, None], float("inf"), acc)
+                improves = tl.max((tl.min(acc, 1) < worst).to(tl.int32), 0)
+        out = rows[:, None] * stride_out + split * C + slots[None, :]
+        tl.store(OUT_SCORE + out, best, mask=row_ok[:, None])
+        tl.store(OUT_INDEX + out, best_col, mask=row_ok[:, None])
+
+
+def _check(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str):
+    if metric_name not in EXACT_SELECT_METRICS:
+        raise ValueError(f"metric {metric_name!r} has no exact selection kernel; use one of {EXACT_SELECT_METRICS}")
+    if QT.dtype not in (torch.float32, torch.float64) or RT.dtype != QT.dtype:
+        raise ValueError(f"QT and RT must both be float32 or both float64; got {QT.dtype} and {RT.dtype}")
+    if QT.dim() != 2 or RT.dim() != 2 or QT.shape[0] != RT.shape[0]:
+        raise ValueError(f"QT and RT must be feature-major (d, n) with the same d; got {tuple(QT.shape)} and {tuple(RT.shape)}")
+    if not 0 < QT.shape[0] <= EXACT_SELECT_MAX_FEATURES:
+        raise ValueError(f"exact selection takes 1 to {EXACT_SELECT_MAX_FEATURES} features; got {QT.shape[0]}")
+    if not 1 <= k <= EXACT_SELECT_MAX_K:
+        raise ValueError(f"k must be between 1 and {EXACT_SELECT_MAX_K} for the exact selection kernel; got {k}")
+
+
+def _by_score_then_index(scores: torch.Tensor, index: torch.Tensor, k: int):
+    """The first ``k`` of each row by (score, index), padding (index -1, score +inf) last."""
+    index = torch.where(torch.isinf(scores) & (index < 0), torch.iinfo(torch.int64).max, index)
+    order = torch.argsort(index, dim=1, stable=True)
+    order = order.gather(1, torch.argsort(scores.gather(1, order), dim=1, stable=True))[:, :k]
+    index = index.gather(1, order)
+    return scores.gather(1, order), torch.where(index == torch.iinfo(torch.int64).max, -1, index)
+
+
+def exact_select_torch(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *, exclude_self: bool = False,
+                       self_offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The torch twin of :func:`exact_select` (same arguments, same result bit for bit)."""
+    from ...core.distance import get_metric
+
+    _check(QT, RT, k, metric_name)
+    Q64, R64 = QT.T.to(torch.float64), RT.T.to(torch.float64)
+    scores = get_metric(metric_name).exact_scores(Q64, R64[None])
+    if exclude_self:
+        rows = torch.arange(Q64.shape[0], device=QT.device) + self_offset
+        inside = (rows >= 0) & (rows < R64.shape[0])
+        scores[inside.nonzero().squeeze(1), rows[inside]] = float("inf")
+    index = torch.arange(R64.shape[0], device=QT.device).expand(Q64.shape[0], -1)
+    index = torch.where(torch.isinf(scores), -1, index)  # masked and missing entries are padding
+    width = min(k, R64.shape[0])
+    scores, index = _by_score_then_index(scores, index, width)
+    return _padded(scores, index, k)
+
+
+def _padded(scores: torch.Tensor, index: torch.Tensor, k: int):
+    if scores.shape[1] == k:
+        return scores, index
+    pad = k - scores.shape[1]
+    return (torch.cat([scores, scores.new_full((scores.shape[0], pad), float("inf"))], 1),
+            torch.cat([index, index.new_full((index.shape[0], pad), -1)], 1))
+
+
+def default_splits(n_query: int, n_ref: int, block_m: int, block_n: int, device: torch.device) -> int:
+    """Reference splits per query block: enough programs to fill the GPU, each split at least a few tiles."""
+    if device.type != "cuda":
+        return 1
+    programs = -(-n_query // block_m)
+    target = 4 * torch.cuda.get_device_properties(device).multi_processor_count
+    if programs >= target:
+        return 1
+    return max(1, min(-(-target // programs), n_ref // (8 * block_n)))
+
+
+def default_blocks(C: int) -> tuple[int, int, int]:
+    """(block_m, block_n, num_warps): float64 lists of C entries per query share the registers with the tile."""
+    if C <= 32:
+        return 32, 32, 4
+    if C <= 64:
+        return 16, 32, 4
+    return 16, 32, 8
+
+
+def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *, exclude_self: bool = False,
+                 self_offset: int = 0, splits: int | None = None, block_m: int | None = None, block_n: int | None = None,
+                 num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` nearest references of every query by (float64 exact score, index), in one kernel launch.
+
+    Parameters
+    ----------
+    QT, RT : float32 or float64 tensors (d, n_query) and (d, n_ref), feature-major, on one CUDA device
+    k : int
+        Neighbours per query, 1 to ``EXACT_SELECT_MAX_K``.
+    metric_name : {"euclidean", "sqeuclidean", "manhattan"}
+        Squared differences for the first two (the engine's L2 score), absolute ones for manhattan.
+    exclude_self, self_offset : bool, int
+        Leave out the pair (query ``i``, reference ``i + self_offset``).
+    splits, block_m, block_n, num_warps : int, optional
+        Launch shape (defaults: :func:`default_splits`, :func:`default_blocks`).
+
+    Returns
+    -------
+    scores : (n_query, k) float64, ascending; ``+inf`` where a query has fewer than k references
+    index : (n_query, k) int64 reference positions, ``-1`` padding
+    """
+    if triton is None:
+        raise ValueError("exact selection on the GPU needs the 'triton' package; use exact_select_torch")
+    _check(QT, RT, k, metric_name)
+    d, n_query = QT.shape
+    n_ref = RT.shape[1]
+    if n_query == 0 or n_ref == 0:
+        return _padded(QT.new_empty((n_query, 0), dtype=torch.float64), QT.new_empty((n_query, 0), dtype=torch.int64), k)
+    QT = QT if QT.stride(1) == 1 else QT.contiguous()
+    RT = RT if RT.stride(1) == 1 else RT.contiguous()
+    C = max(2, 1 << (min(k, n_ref) - 1).bit_length())
+    bm, bn, warps = default_blocks(C)
+    bm, bn, warps = block_m or bm, block_n or bn, num_warps or warps
+    if splits is None:
+        splits = default_splits(n_query, n_ref, bm, bn, QT.device)
+    refs_per_split = -(-(-(-n_ref // splits)) // bn) * bn
+    splits = -(-n_ref // refs_per_split)
+    scores = torch.empty((n_query, splits * C), dtype=torch.float64, device=QT.device)
+    index = torch.empty((n_query, splits * C), dtype=torch.int32, device=QT.device)
+    wide = max(QT.stride(0) * d, RT.stride(0) * d, n_query * splits * C) >= _WIDE_FROM
+    grid = (triton.cdiv(n_query, bm), splits)
+    _exact_select_kernel[grid](
+        QT, RT, scores, index, n_query, n_ref, refs_per_split, self_offset, min(k, C), QT.stride(0), RT.stride(0), scores.stride(0),
+        D=d, CHUNK=EXACT_SUM_CHUNK, MANHATTAN=metric_name == "manhattan", EXCLUDE_SELF=exclude_self, C=C,
+        BLOCK_M=bm, BLOCK_N=bn, WIDE=wide, num_warps=warps, enable_fp_fusion=False,
+    )
+    index = index.to(torch.int64)
+    unused = index < 0  # placeholders: +inf of a list not yet full, -inf of the slots past k
+    index = torch.where(unused, -1, index)
+    scores = torch.where(unused, float("inf"), scores)
+    return _padded(*_by_score_then_index(scores, index, min(k, scores.shape[1])), k)

@@ -1,0 +1,63 @@
+"""The exact-selection path of the kNN engine: when it runs, and that it gives the dense path's results."""
+
+import numpy as np
+import pytest
+import torch
+
+from gpumine.core.distance import get_metric
+from gpumine.neighbors.engine import _exact_select
+from gpumine.neighbors.engine._exact_select import exact_select_applies, exact_select_preferred
+from gpumine.neighbors.engine._search import knn_search
+
+
+def test_applies_only_to_exact_l2_searches_on_a_gpu():
+    X = torch.zeros((4, 3))
+    m = get_metric("euclidean")
+    assert not exact_select_applies(X, X, 2, m, torch.device("cpu"), "auto", "exact")
+    assert not exact_select_applies(X, X, 2, get_metric("cosine"), torch.device("cuda"), "auto", "exact")
+    assert not exact_select_applies(X, X, 2, m, torch.device("cuda"), "torch", "exact")
+    assert not exact_select_applies(X, X, 2, m, torch.device("cuda"), "auto", "tf32")
+
+
+def test_preferred_for_large_searches_at_few_features():
+    assert exact_select_preferred(1 << 15, 1 << 15, 8)
+    assert not exact_select_preferred(1 << 10, 1 << 10, 8)  # small: the dense path's graphs
+    assert not exact_select_preferred(1 << 15, 1 << 15, 27)  # more features: dense
+
+
+def _tie_heavy(n, rng):
+    grid = rng.integers(0, 6, size=(n, 3)).astype(np.float32)  # integer grid: 216 distinct points
+    grid[: n // 4] = grid[0]  # a duplicate block far larger than k
+    return grid + np.float32(1e4)  # far from the origin
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [1, 20])
+def test_exact_select_equals_the_dense_path_on_tie_heavy_data(k, monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    X = torch.from_numpy(_tie_heavy(17_000, np.random.default_rng(0))).cuda()
+    m = get_metric("euclidean")
+    found = {}
+    for on in (True, False):
+        monkeypatch.setattr(_exact_select, "EXACT_SELECT", on)
+        stats = {}
+        found[on] = knn_search(X, X, k, m, exclude_self=True, device=X.device, budget_bytes=1 << 28, result_device=X.device,
+                               backend="auto", stats=stats, dedupe=False)
+        assert stats["selection"] == ("exact_select" if on else "dense")
+    assert torch.equal(found[True][0], found[False][0])
+    assert torch.equal(found[True][1], found[False][1])
+
+
+@pytest.mark.gpu
+def test_exact_select_in_query_blocks_of_a_small_working_memory():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    rng = np.random.default_rng(1)
+    X = torch.from_numpy(_tie_heavy(17_000, rng)).cuda()
+    m = get_metric("sqeuclidean")
+    whole = knn_search(X, X, 5, m, exclude_self=True, device=X.device, budget_bytes=1 << 28, result_device=X.device,
+                       backend="auto", dedupe=False)
+    blocks = knn_search(X, X, 5, m, exclude_self=True, device=X.device, budget_bytes=1 << 22, result_device=X.device,
+                        backend="auto", dedupe=False)
+    assert torch.equal(whole[0], blocks[0]) and torch.equal(whole[1], blocks[1])

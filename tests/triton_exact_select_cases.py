@@ -1,0 +1,97 @@
+"""Exact-selection Triton kernel vs its torch twin and a float64 NumPy oracle.
+
+Collected directly on a GPU machine (``pytest tests/triton_exact_select_cases.py``),
+and run by ``test_triton_knn.py`` in a child process with ``TRITON_INTERPRET=1``
+on machines without one (small shapes: the interpreter is slow).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from gpumine.neighbors.engine._exact_select_kernel import (EXACT_SELECT_MAX_K, exact_select, exact_select_torch)
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+ON_GPU = DEVICE == "cuda"
+SCALE = 16 if ON_GPU else 1
+
+
+def _oracle(X, Y, k, metric, exclude_self=False, self_offset=0):
+    """float64 NumPy: terms summed left to right per 16-feature chunk, chunks left to right; ties by index."""
+    X64, Y64 = X.astype(np.float64), Y.astype(np.float64)
+    terms = X64[:, None, :] - Y64[None, :, :]
+    terms = np.abs(terms) if metric == "manhattan" else terms * terms
+    total = np.zeros(terms.shape[:2])
+    for c0 in range(0, X.shape[1], 16):
+        part = np.zeros(terms.shape[:2])
+        for f in range(c0, min(c0 + 16, X.shape[1])):
+            part = part + terms[:, :, f]
+        total = total + part
+    if exclude_self:
+        for i in range(X.shape[0]):
+            if 0 <= i + self_offset < Y.shape[0]:
+                total[i, i + self_offset] = np.inf
+    order = np.lexsort((np.broadcast_to(np.arange(Y.shape[0]), total.shape), total), axis=1)[:, :k]
+    scores = np.take_along_axis(total, order, 1)
+    index = np.where(np.isinf(scores), -1, order)
+    if k > Y.shape[0]:
+        pad = k - Y.shape[0]
+        scores = np.hstack([scores, np.full((X.shape[0], pad), np.inf)])
+        index = np.hstack([index, np.full((X.shape[0], pad), -1)])
+    return scores, index
+
+
+def _check(X, Y, k, metric, **kw):
+    QT = torch.tensor(X.T.copy(), device=DEVICE)
+    RT = torch.tensor(Y.T.copy(), device=DEVICE)
+    scores, index = exact_select(QT, RT, k, metric, **kw)
+    same = {key: kw[key] for key in ("exclude_self", "self_offset") if key in kw}
+    twin_scores, twin_index = exact_select_torch(QT, RT, k, metric, **same)
+    want_scores, want_index = _oracle(X, Y, k, metric, **same)
+    assert torch.equal(index.cpu(), twin_index.cpu())
+    assert torch.equal(scores.cpu(), twin_scores.cpu())
+    np.testing.assert_array_equal(index.cpu().numpy(), want_index)
+    np.testing.assert_array_equal(scores.cpu().numpy(), want_scores)
+
+
+@pytest.mark.parametrize("metric", ["sqeuclidean", "manhattan"])
+def test_integer_grid_with_duplicates_self_excluded(metric):
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 3, size=(37 * SCALE, 3)).astype(np.float32)  # many exact ties and duplicate rows
+    _check(X, X, 5, metric, exclude_self=True, block_m=16, block_n=32)
+
+
+def test_more_than_one_chunk_of_features_float64_data():
+    rng = np.random.default_rng(1)
+    X = (1e6 + rng.standard_normal((29 * SCALE, 19))).astype(np.float64)
+    Y = (1e6 + rng.standard_normal((45 * SCALE, 19))).astype(np.float64)
+    _check(X, Y, 7, "euclidean", block_m=16, block_n=32)
+
+
+def test_splits_merge_and_k_above_the_references():
+    rng = np.random.default_rng(2)
+    X = rng.integers(-2, 2, size=(5, 2)).astype(np.float32)
+    Y = rng.integers(-2, 2, size=(70, 2)).astype(np.float32)
+    _check(X, Y, 9, "sqeuclidean", splits=3, block_m=16, block_n=32)
+    _check(X, Y[:6], 9, "sqeuclidean", block_m=16, block_n=32)
+
+
+def test_self_offset_of_a_query_block():
+    rng = np.random.default_rng(3)
+    Y = rng.standard_normal((50, 4)).astype(np.float32)
+    _check(Y[20:33], Y, 4, "sqeuclidean", exclude_self=True, self_offset=20, block_m=16, block_n=32)
+
+
+def test_all_points_equal_and_largest_k():
+    X = np.ones((40, 2), np.float32)
+    _check(X, X, EXACT_SELECT_MAX_K if ON_GPU else 33, "sqeuclidean", exclude_self=True, block_m=16, block_n=32)
+
+
+def test_argument_errors():
+    QT = torch.zeros((2, 3), device=DEVICE)
+    with pytest.raises(ValueError, match="metric"):
+        exact_select(QT, QT, 1, "cosine")
+    with pytest.raises(ValueError, match="k must be"):
+        exact_select(QT, QT, EXACT_SELECT_MAX_K + 1, "sqeuclidean")
+    with pytest.raises(ValueError, match="feature-major"):
+        exact_select(QT, torch.zeros((3, 3), device=DEVICE), 1, "sqeuclidean")
