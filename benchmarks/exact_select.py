@@ -5,12 +5,12 @@ All-kNN (self excluded) of each set on the GPU, data on the device, best of
 
 * ``torch``: plain PyTorch (addmm distances + topk, float32; realdata's peer);
 * ``before``: ``gpumine.neighbors.kneighbors`` with the exact-selection path off;
-* ``after``: the same call with it on (the default);
-* ``after_eager``: with it on and search graphs off (small shapes otherwise replay
-  the captured dense search);
-* ``kernel``: :func:`exact_select` alone on feature-major copies.
+* ``after``: the same call with it on (the default: rows in curve order);
+* ``after_index_order``: with it on, rows in index order;
+* ``search_curve`` / ``search_index_order``: ``exact_select_search`` itself, whatever
+  the engine would choose (float64 squared distances, no finishing).
 
-``before`` and ``after`` are compared bit for bit (distances and indices).
+``after`` and ``after_index_order`` are compared with ``before`` bit for bit.
 
     python -m benchmarks.exact_select --data .devdata/adbench --out results.json
 """
@@ -63,7 +63,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from gpumine.neighbors import kneighbors
-    from gpumine.neighbors.engine import _exact_select, _graphs
+    from gpumine.core.distance import get_metric
+    from gpumine.neighbors.engine import _exact_select
     from gpumine.neighbors.engine._exact_select_kernel import exact_select
 
     device = torch.device("cuda")
@@ -94,33 +95,31 @@ def main(argv=None) -> int:
             continue
         try:
             row["torch_s"], _ = _best(lambda: torch_knn(X, k), device, args.repeats, args.budget)
-            _exact_select.EXACT_SELECT = False
-            row["before_s"], (d0, i0) = _best(lambda: kneighbors(X, None, k, device=device, verbose=0), device, args.repeats,
-                                              args.budget)
-            _exact_select.EXACT_SELECT = True
-            row["after_s"], (d1, i1) = _best(lambda: kneighbors(X, None, k, device=device, verbose=0), device, args.repeats,
-                                             args.budget)
-            _graphs.GRAPH_SEARCHES = False
-            row["after_eager_s"], (d2, i2) = _best(lambda: kneighbors(X, None, k, device=device, verbose=0), device,
-                                                   args.repeats, args.budget)
-            _graphs.GRAPH_SEARCHES = True
-            XT = X.T.contiguous()
+            found = {}
+            for name, on, curve in (("before", False, True), ("after", True, True), ("after_index_order", True, False)):
+                _exact_select.EXACT_SELECT, _exact_select.EXACT_SELECT_CURVE = on, curve
+                row[name + "_s"], found[name] = _best(lambda: kneighbors(X, None, k, device=device, verbose=0), device,
+                                                      args.repeats, args.budget)
             if d <= 128:
-                row["kernel_s"], _ = _best(lambda: exact_select(XT, XT, k, "sqeuclidean", exclude_self=True), device,
-                                           args.repeats, args.budget)
-            row["equal_after"] = bool(torch.equal(d0, d1) and torch.equal(i0, i1))
-            row["equal_after_eager"] = bool(torch.equal(d0, d2) and torch.equal(i0, i2))
-            for name in ("before", "after", "after_eager", "kernel"):
+                m = get_metric("euclidean")
+                for name, curve in (("search_curve", True), ("search_index_order", False)):
+                    _exact_select.EXACT_SELECT_CURVE = curve
+                    row[name + "_s"], _ = _best(lambda: _exact_select.exact_select_search(X, X, k, m, exclude_self=True,
+                                                                                           budget_bytes=1 << 30),
+                                                device, args.repeats, args.budget)
+            d0, i0 = found["before"]
+            for name in ("after", "after_index_order"):
+                row["equal_" + name] = bool(torch.equal(d0, found[name][0]) and torch.equal(i0, found[name][1]))
+            for name in ("before", "after", "after_index_order", "search_curve", "search_index_order"):
                 if name + "_s" in row:
                     row[name + "_vs_torch"] = row["torch_s"] / row[name + "_s"]
         except Exception as exc:  # a failed set is recorded, the sweep goes on
             row["error"] = f"{type(exc).__name__}: {exc}"
         finally:
-            _exact_select.EXACT_SELECT = True
-            _graphs.GRAPH_SEARCHES = True
+            _exact_select.EXACT_SELECT, _exact_select.EXACT_SELECT_CURVE = True, True
         rows.append(row)
         print(json.dumps(row), flush=True)
-        del X
+        X = XT = None  # frees the set before the next
         torch.cuda.empty_cache()
     if args.out:
         write_json(args.out, dict(environment=environment(device), results=rows))

@@ -21,7 +21,7 @@ def test_applies_only_to_exact_l2_searches_on_a_gpu():
 
 def test_preferred_for_large_searches_at_few_features():
     assert exact_select_preferred(1 << 15, 1 << 15, 8)
-    assert not exact_select_preferred(1 << 10, 1 << 10, 8)  # small: the dense path's graphs
+    assert not exact_select_preferred(1 << 13, 1 << 13, 8)  # small: the dense path's graphs
     assert not exact_select_preferred(1 << 15, 1 << 15, 27)  # more features: dense
 
 
@@ -33,10 +33,11 @@ def _tie_heavy(n, rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [1, 20])
-def test_exact_select_equals_the_dense_path_on_tie_heavy_data(k, monkeypatch):
+@pytest.mark.parametrize("n", [10_000, 17_000])  # rows in index order, and in curve order
+def test_exact_select_equals_the_dense_path_on_tie_heavy_data(k, n, monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    X = torch.from_numpy(_tie_heavy(17_000, np.random.default_rng(0))).cuda()
+    X = torch.from_numpy(_tie_heavy(n, np.random.default_rng(0))).cuda()
     m = get_metric("euclidean")
     found = {}
     for on in (True, False):

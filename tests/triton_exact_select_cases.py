@@ -95,3 +95,58 @@ def test_argument_errors():
         exact_select(QT, QT, EXACT_SELECT_MAX_K + 1, "sqeuclidean")
     with pytest.raises(ValueError, match="feature-major"):
         exact_select(QT, torch.zeros((3, 3), device=DEVICE), 1, "sqeuclidean")
+
+
+def _reordered(X, Y, k, metric, exclude_self, seed, **blocks):
+    """exact_select over rows given in a shuffled order, with ids and anchors: results in the original order."""
+    rng = np.random.default_rng(seed)
+    r_perm = rng.permutation(Y.shape[0])
+    q_perm = r_perm if exclude_self else rng.permutation(X.shape[0])
+    anchors = rng.integers(0, Y.shape[0], size=X.shape[0])
+    as_ids = lambda a: torch.tensor(a, dtype=torch.int32, device=DEVICE)  # noqa: E731
+    scores, index = exact_select(torch.tensor(X[q_perm].T.copy(), device=DEVICE), torch.tensor(Y[r_perm].T.copy(), device=DEVICE),
+                                 k, metric, exclude_self=exclude_self, ref_ids=as_ids(r_perm), query_ids=as_ids(q_perm),
+                                 anchors=as_ids(anchors), **blocks)
+    back = torch.empty_like(index)  # rows come back in the order given: to the original order
+    back_scores = torch.empty_like(scores)
+    back[torch.as_tensor(q_perm, device=DEVICE)] = index
+    back_scores[torch.as_tensor(q_perm, device=DEVICE)] = scores
+    return back_scores, back
+
+
+@pytest.mark.parametrize("exclude_self", [True, False])
+def test_rows_in_another_order_give_the_same_result(exclude_self):
+    rng = np.random.default_rng(4)
+    X = rng.integers(0, 3, size=(45 * SCALE, 2)).astype(np.float32)  # ties everywhere: the id rule decides
+    Y = X if exclude_self else rng.integers(0, 3, size=(70 * SCALE, 2)).astype(np.float32)
+    scores, index = _reordered(X, Y, 6, "sqeuclidean", exclude_self, 5, block_m=16, block_n=32)
+    want_scores, want_index = _oracle(X, Y, 6, "sqeuclidean", exclude_self)
+    np.testing.assert_array_equal(index.cpu().numpy(), want_index)
+    np.testing.assert_array_equal(scores.cpu().numpy(), want_scores)
+
+
+def test_reordered_rows_need_ids_and_anchors_together():
+    QT = torch.zeros((2, 3), device=DEVICE)
+    with pytest.raises(ValueError, match="go together"):
+        exact_select(QT, QT, 1, "sqeuclidean", ref_ids=torch.arange(3, device=DEVICE))
+
+
+@pytest.mark.parametrize("curve", [True, False])
+@pytest.mark.parametrize("self_search", [True, False])
+def test_engine_search_in_query_blocks_equals_the_oracle(curve, self_search, monkeypatch):
+    from gpumine.core.distance import get_metric
+    from gpumine.neighbors.engine import _exact_select
+
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_CURVE", curve)
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_CURVE_MIN_PAIRS", 0)  # the curve order at any size
+    rng = np.random.default_rng(6)
+    Y = (rng.integers(0, 4, size=(60 * SCALE, 3)) + 1e3).astype(np.float32)
+    X = Y if self_search else Y[: 33 * SCALE] + np.float32(0.5)
+    ref = torch.tensor(Y, device=DEVICE)
+    query = ref if self_search else torch.tensor(X, device=DEVICE)
+    # a working memory of a few query rows per block
+    keys, index = _exact_select.exact_select_search(ref, query, 5, get_metric("euclidean"), exclude_self=self_search,
+                                                    budget_bytes=64 * 32 * 8 * 7)
+    want_scores, want_index = _oracle(X, Y, 5, "sqeuclidean", self_search)
+    np.testing.assert_array_equal(index.cpu().numpy(), want_index)
+    np.testing.assert_array_equal(keys.cpu().numpy(), want_scores)

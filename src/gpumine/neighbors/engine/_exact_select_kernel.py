@@ -7,17 +7,20 @@ data — the per-feature terms ``(x_f - y_f)^2`` (``|x_f - y_f|``) added left to
 right within chunks of ``EXACT_SUM_CHUNK`` features, the chunk sums added left
 to right, contraction off — so each score equals the engine's float64 re-score
 bit for bit. Selection keeps the ``C`` best (score, column) pairs per query in
-registers with their largest score as a threshold, as the fused candidate
-kernel does: per tile one row minimum and one compare, and an insertion loop
-only for rows the tile really improves. References are visited in increasing
-column order and an equal score never displaces an earlier entry, so the kept
-set is exactly the ``C`` smallest by (float64 score, column).
+registers with the worst of them (largest score, among equal scores the
+largest index) as a threshold: per tile one row minimum and one compare, and an
+insertion loop only for rows the tile really improves. Every comparison is by
+(score, index), so the kept set is exactly the k smallest by (float64 score,
+index) in any visiting order — which lets rows given in a space-filling curve's
+order (``ref_ids``/``query_ids``/``anchors``) start each query block's scan at its
+own neighbourhood, where thresholds tighten within a few tiles and later tiles
+rarely enter the insertion loop.
 
 Why it exists: the float32 candidate phase needs a certificate, and ties (integer
 features, duplicates, tight clusters) leave rows uncertified. Here the selected
-scores are final. Work is one float64 score per pair plus the insertions, the
-same for any data: no certificate, no retry, no radius pass. Ties cost nothing
-(an equal score does not enter).
+scores are final. Work is one float64 score per pair plus the insertions, for
+any data: no certificate, no retry, no radius pass. A lane tied with a row's
+worst entry costs an insertion step only when its index is lower.
 
 Small query sets split the references over ``splits`` programs per query block,
 each keeping its own ``C`` best; :func:`exact_select` merges them by (score,
@@ -82,11 +85,11 @@ if triton is not None:
 
     @triton.jit(do_not_specialize=["n_query", "n_ref", "refs_per_split", "self_offset", "K"])
     def _exact_select_kernel(
-        QT, RT, OUT_SCORE, OUT_INDEX,
+        QT, RT, REF_ID, QUERY_ID, FIRST_TILE, OUT_SCORE, OUT_INDEX,
         n_query, n_ref, refs_per_split, self_offset, K,
         stride_q_feat, stride_r_feat, stride_out,
         D: tl.constexpr, CHUNK: tl.constexpr, MANHATTAN: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
-        C: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr,
+        REORDERED: tl.constexpr, C: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr,
     ):
         pid_m = tl.program_id(0)
         split = tl.program_id(1)
@@ -98,45 +101,62 @@ if triton is not None:
         row_ok = rows < n_query
         slots = tl.arange(0, C)
         lanes = tl.arange(0, BLOCK_N)
-        # only the first K slots take part; the others hold -inf and are never the worst, so a
-        # list keeps exactly K entries (fewer insertions than C when k is not a power of two)
+        NONE: tl.constexpr = 2147483647  # an id above every reference's
+        # Each list holds the K best by (score, id) seen so far; the worst entry (largest score,
+        # among equal scores the largest id) is the one replaced. Slots past K hold -inf and are
+        # never the worst; unfilled slots hold +inf with distinct negative ids.
         best = tl.where(slots[None, :] < K, float("inf"), float("-inf")) + tl.zeros((BLOCK_M, C), tl.float64)
-        # distinct negative placeholders, so "the worst slot" is always exactly one slot
-        best_col = tl.zeros((BLOCK_M, C), tl.int32) - 1 - slots[None, :]
-        worst = tl.full((BLOCK_M,), float("inf"), tl.float64)
+        best_id = tl.zeros((BLOCK_M, C), tl.int32) - 1 - slots[None, :]
+        worst = tl.max(best, 1)
+        worst_id = tl.max(tl.where(best == worst[:, None], best_id, -NONE), 1)
         last = tl.minimum(first + refs_per_split, n_ref)
-        own = rows + self_offset
-        own_lo = pid_m * BLOCK_M + self_offset
-        for start in range(first, last, BLOCK_N):
+        n_tiles = tl.cdiv(last - first, BLOCK_N)
+        if REORDERED:
+            # rows and references in curve order: a query's own id, and the block starts at the
+            # tile of its neighbourhood, wrapping around (thresholds tighten within a few tiles)
+            own = tl.load(QUERY_ID + rows, mask=row_ok, other=-1)
+            tile0 = tl.minimum(tl.maximum(tl.load(FIRST_TILE + pid_m) - first // BLOCK_N, 0), n_tiles - 1)
+        else:
+            own = rows + self_offset
+            tile0 = 0
+        for t in range(0, n_tiles):
+            tile = tile0 + t
+            tile = tl.where(tile >= n_tiles, tile - n_tiles, tile)
+            start = first + tile * BLOCK_N
             cols = start + lanes
             col_ok = cols < last
+            if REORDERED:
+                ids = tl.load(REF_ID + cols, mask=col_ok, other=NONE)
+            else:
+                ids = cols.to(tl.int32)
             acc = _exact64_block(QT, RT, rows, cols, row_ok, col_ok, stride_q_feat, stride_r_feat,
                                  D, CHUNK, MANHATTAN, BLOCK_M, BLOCK_N)
-            # masks only on the last tile and on tiles that hold some row's own column
-            needs_mask = start + BLOCK_N > last
+            valid = col_ok[None, :]
             if EXCLUDE_SELF:
-                needs_mask = needs_mask | ((start < own_lo + BLOCK_M) & (own_lo < start + BLOCK_N))
-            if needs_mask:
-                valid = col_ok[None, :]
-                if EXCLUDE_SELF:
-                    valid = valid & (cols[None, :] != own[:, None])
-                acc = tl.where(valid, acc, float("inf"))
-            improves = tl.max((tl.min(acc, 1) < worst).to(tl.int32), 0)
-            while improves > 0:
-                low, low_lane = tl.min(acc, 1, return_indices=True)  # ties: the lower column
-                enters = low < worst
-                # replace the worst score, among equal worst scores the highest column: every
-                # column of this tile is higher than the kept ones of earlier tiles
-                evict = tl.argmax(tl.where(best == worst[:, None], best_col, -(1 << 30)), 1)
-                put = (slots[None, :] == evict[:, None]) & enters[:, None]
-                best = tl.where(put, low[:, None], best)
-                best_col = tl.where(put, (start + low_lane).to(tl.int32)[:, None], best_col)
-                worst = tl.max(best, 1)
-                acc = tl.where(lanes[None, :] == low_lane[:, None], float("inf"), acc)
-                improves = tl.max((tl.min(acc, 1) < worst).to(tl.int32), 0)
+                valid = valid & (ids[None, :] != own[:, None])
+            acc = tl.where(valid, acc, float("inf"))
+            # the common case: no lane of any row reaches its worst entry, one reduction
+            if tl.max((tl.min(acc, 1) <= worst).to(tl.int32), 0) > 0:
+                # lanes that cannot enter (after the worst by (score, id); +inf never does) drop out
+                later = (acc > worst[:, None]) | ((acc == worst[:, None]) & (ids[None, :] > worst_id[:, None]))
+                acc = tl.where(later, float("inf"), acc)
+                low = tl.min(acc, 1)
+                while tl.max((low < float("inf")).to(tl.int32), 0) > 0:
+                    # the row's best remaining lane by (score, id) replaces its worst entry
+                    low_id = tl.min(tl.where(acc == low[:, None], ids[None, :], NONE), 1)
+                    enters = low < float("inf")
+                    put = (best == worst[:, None]) & (best_id == worst_id[:, None]) & enters[:, None]
+                    best = tl.where(put, low[:, None], best)
+                    best_id = tl.where(put, low_id[:, None], best_id)
+                    worst = tl.max(best, 1)
+                    worst_id = tl.max(tl.where(best == worst[:, None], best_id, -NONE), 1)
+                    taken = ids[None, :] == low_id[:, None]
+                    later = (acc > worst[:, None]) | ((acc == worst[:, None]) & (ids[None, :] > worst_id[:, None]))
+                    acc = tl.where(taken | later, float("inf"), acc)
+                    low = tl.min(acc, 1)
         out = rows[:, None] * stride_out + split * C + slots[None, :]
         tl.store(OUT_SCORE + out, best, mask=row_ok[:, None])
-        tl.store(OUT_INDEX + out, best_col, mask=row_ok[:, None])
+        tl.store(OUT_INDEX + out, best_id, mask=row_ok[:, None])
 
 
 def _check(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str):
@@ -209,8 +229,9 @@ def default_blocks(C: int) -> tuple[int, int, int]:
 
 
 def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *, exclude_self: bool = False,
-                 self_offset: int = 0, splits: int | None = None, block_m: int | None = None, block_n: int | None = None,
-                 num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 self_offset: int = 0, ref_ids: torch.Tensor | None = None, query_ids: torch.Tensor | None = None,
+                 anchors: torch.Tensor | None = None, splits: int | None = None, block_m: int | None = None,
+                 block_n: int | None = None, num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` nearest references of every query by (float64 exact score, index), in one kernel launch.
 
     Parameters
@@ -221,18 +242,28 @@ def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *
     metric_name : {"euclidean", "sqeuclidean", "manhattan"}
         Squared differences for the first two (the engine's L2 score), absolute ones for manhattan.
     exclude_self, self_offset : bool, int
-        Leave out the pair (query ``i``, reference ``i + self_offset``).
+        Leave out the pair (query ``i``, reference ``i + self_offset``); with ``query_ids``,
+        the pairs whose query id and reference id are equal.
+    ref_ids, query_ids, anchors : int32 tensors (n_ref,), (n_query,), (n_query,), optional
+        For rows given in another order (a space-filling curve's): each reference's and
+        each query's id (the indices reported and the tie rule use reference ids; a
+        query's own reference is the one with its id), and each query's position among
+        the references, where its block starts its scan (then wrapping around). All
+        three or none. Output rows stay in the order the queries are given.
     splits, block_m, block_n, num_warps : int, optional
         Launch shape (defaults: :func:`default_splits`, :func:`default_blocks`).
 
     Returns
     -------
     scores : (n_query, k) float64, ascending; ``+inf`` where a query has fewer than k references
-    index : (n_query, k) int64 reference positions, ``-1`` padding
+    index : (n_query, k) int64 reference positions (their ids when reordered), ``-1`` padding
     """
     if triton is None:
         raise ValueError("exact selection on the GPU needs the 'triton' package; use exact_select_torch")
     _check(QT, RT, k, metric_name)
+    reordered = ref_ids is not None
+    if reordered != (query_ids is not None) or reordered != (anchors is not None):
+        raise ValueError("ref_ids, query_ids and anchors go together: give all three or none")
     d, n_query = QT.shape
     n_ref = RT.shape[1]
     if n_query == 0 or n_ref == 0:
@@ -249,11 +280,21 @@ def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *
     scores = torch.empty((n_query, splits * C), dtype=torch.float64, device=QT.device)
     index = torch.empty((n_query, splits * C), dtype=torch.int32, device=QT.device)
     wide = max(QT.stride(0) * d, RT.stride(0) * d, n_query * splits * C) >= _WIDE_FROM
+    if reordered:
+        if ref_ids.shape != (n_ref,) or query_ids.shape != (n_query,) or anchors.shape != (n_query,):
+            raise ValueError(f"ref_ids, query_ids and anchors need one entry per reference ({n_ref}), query ({n_query}) "
+                             f"and query; got {tuple(ref_ids.shape)}, {tuple(query_ids.shape)}, {tuple(anchors.shape)}")
+        middle = (torch.arange(0, n_query, bm, device=QT.device) + bm // 2).clamp(max=n_query - 1)
+        first_tiles = (anchors[middle].clamp(0, n_ref - 1) // bn).to(torch.int32)
+        ref_ids, query_ids = ref_ids.to(torch.int32).contiguous(), query_ids.to(torch.int32).contiguous()
+    else:
+        ref_ids = query_ids = first_tiles = index  # unused
     grid = (triton.cdiv(n_query, bm), splits)
     _exact_select_kernel[grid](
-        QT, RT, scores, index, n_query, n_ref, refs_per_split, self_offset, min(k, C), QT.stride(0), RT.stride(0), scores.stride(0),
-        D=d, CHUNK=EXACT_SUM_CHUNK, MANHATTAN=metric_name == "manhattan", EXCLUDE_SELF=exclude_self, C=C,
-        BLOCK_M=bm, BLOCK_N=bn, WIDE=wide, num_warps=warps, enable_fp_fusion=False,
+        QT, RT, ref_ids, query_ids, first_tiles, scores, index, n_query, n_ref, refs_per_split, self_offset, min(k, C),
+        QT.stride(0), RT.stride(0), scores.stride(0),
+        D=d, CHUNK=EXACT_SUM_CHUNK, MANHATTAN=metric_name == "manhattan", EXCLUDE_SELF=exclude_self, REORDERED=reordered,
+        C=C, BLOCK_M=bm, BLOCK_N=bn, WIDE=wide, num_warps=warps, enable_fp_fusion=False,
     )
     index = index.to(torch.int64)
     unused = index < 0  # placeholders: +inf of a list not yet full, -inf of the slots past k
