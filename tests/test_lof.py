@@ -341,3 +341,22 @@ def test_functional_lof_scores_equal_the_estimator():
     assert isinstance(t, torch.Tensor) and t.dtype == torch.float32
     with pytest.raises(ValueError, match="n_neighbors"):
         lof_scores(X, 200, device="cpu")
+
+
+@pytest.mark.gpu
+def test_repeated_small_fits_on_the_gpu_replay_the_search_graph_with_eager_results(monkeypatch):
+    """The third fit of a shape replays a captured search; its scores equal the eager path's bit for bit."""
+    import torch
+
+    from gpumine.neighbors.engine import _graphs
+    from gpumine.outliers import LocalOutlierFactor
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    rng = np.random.default_rng(7)
+    sets = [rng.integers(0, 5, size=(500, 4)).astype(np.float32) for _ in range(3)]
+    graph = [LocalOutlierFactor(n_neighbors=10, device="cuda").fit(X).negative_outlier_factor_ for X in sets]
+    monkeypatch.setattr(_graphs, "GRAPH_SEARCHES", False)
+    eager = [LocalOutlierFactor(n_neighbors=10, device="cuda").fit(X).negative_outlier_factor_ for X in sets]
+    for g, e in zip(graph, eager):
+        np.testing.assert_array_equal(g, e)

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.distance import Metric
-from ..neighbors.engine import knn_search
+from ..neighbors.engine import knn_search, search_with_graph
 
 __all__ = [
     "DUPLICATE_RULES",
@@ -276,17 +276,25 @@ def lof_fit(
     verbose=None,
     warn: bool = True,
     backend: str = "torch",
+    working_memory=None,
 ) -> LOFFit:
     """LOF of every row of ``X`` among the others, on ``device`` (the exact kNN engine does the search).
 
     ``X`` may live in host memory; it streams to the device in tiles when it
-    does not fit there. Results stay on ``device``.
+    does not fit there. Results stay on ``device``. ``working_memory``: the
+    setting ``budget_bytes`` came from; given, a repeated small search on a GPU
+    replays a captured graph as ``kneighbors`` does (same results bit for bit).
     """
     check_lof_metric(metric)
     check_duplicates_rule(duplicates)
+    found = None
+    if device.type == "cuda" and working_memory is not None:
+        found = search_with_graph(X, X, n_neighbors, metric, exclude_self=True, device=device, working_memory=working_memory,
+                                  backend=backend, precision="exact", result_device=device)
     # distances straight from the engine: squared scores of large data may overflow the data's dtype
-    dist, indices = knn_search(X, X, n_neighbors, metric, exclude_self=True, device=device, budget_bytes=budget_bytes,
-                               result_device=device, verbose=verbose, backend=backend, as_distance=True)
+    dist, indices = found if found is not None else knn_search(
+        X, X, n_neighbors, metric, exclude_self=True, device=device, budget_bytes=budget_bytes, result_device=device,
+        verbose=verbose, backend=backend, as_distance=True)
     fit = lof_from_knn(dist, indices, X, metric, duplicates=duplicates,
                        device=device, budget_bytes=budget_bytes)
     if warn:

@@ -220,7 +220,8 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
             backend = choose_backend(self.backend, self.device_, self._metric, self._fit_X.dtype, self.n_neighbors_,
                                      n_samples)
             fit = lof_fit(self._fit_X, self.n_neighbors_, self._metric, device=self.device_, budget_bytes=budget,
-                          duplicates=self.duplicates, verbose=self.verbose, warn=False, backend=backend)
+                          duplicates=self.duplicates, verbose=self.verbose, warn=False, backend=backend,
+                          working_memory=self.working_memory)
         else:  # precomputed distances or a brute-force metric: the base estimator's all-kNN
             dist, index, _ = self._query(None, self.n_neighbors_)
             fit = self._lof_from_neighbours(dist, index)
@@ -449,6 +450,6 @@ def lof_scores(
     dev = resolve_device(device)
     engine_backend = choose_backend(backend, dev, metric_obj, X_t.dtype, k, X_t.shape[0])
     fit = lof_fit(X_t, k, metric_obj, device=dev, budget_bytes=working_memory_bytes(working_memory, dev),
-                  duplicates=duplicates, verbose=verbose, warn=False, backend=engine_backend)
+                  duplicates=duplicates, verbose=verbose, warn=False, backend=engine_backend, working_memory=working_memory)
     warn_duplicates(fit, stacklevel=2)
     return to_output(fit.lof.to(X_t.dtype), kind)
