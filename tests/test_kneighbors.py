@@ -378,3 +378,15 @@ def test_references_past_two_to_the_31_bytes_search_exactly(on_device):
     best = torch.cat(values, 1).topk(10, largest=False)
     assert torch.equal(i.to("cuda"), torch.cat(index, 1).gather(1, best.indices))
     torch.testing.assert_close(d.to("cuda").double(), best.values, rtol=1e-5, atol=1e-6)
+
+
+def test_curve_codes_in_row_blocks_equal_the_whole(monkeypatch):
+    """Curve codes formed a few rows at a time (bounded temporaries) give the same order."""
+    from gpumine.neighbors.engine import _curve
+
+    X = torch.from_numpy(np.random.default_rng(3).random((5000, 5), dtype=np.float32))
+    whole = _curve._CurveOrder(X)
+    monkeypatch.setattr(_curve, "CODE_ROWS", 333)
+    blocks = _curve._CurveOrder(X)
+    assert torch.equal(whole.sorted_codes, blocks.sorted_codes) and torch.equal(whole.perm, blocks.perm)
+    assert torch.equal(whole.codes(X[:700]), blocks.codes(X[:700]))
