@@ -62,3 +62,4 @@ def test_exact_select_in_query_blocks_of_a_small_working_memory():
     blocks = knn_search(X, X, 5, m, exclude_self=True, device=X.device, budget_bytes=1 << 22, result_device=X.device,
                         backend="auto", dedupe=False)
     assert torch.equal(whole[0], blocks[0]) and torch.equal(whole[1], blocks[1])
+

@@ -213,3 +213,12 @@ def test_float64_data_far_from_the_origin_keeps_float64_products():
     np.fill_diagonal(exact, np.inf)
     want = np.lexsort((np.broadcast_to(np.arange(500), exact.shape), exact), axis=1)[:, :5]
     np.testing.assert_array_equal(index.numpy(), want)
+
+
+def test_the_dense_probe_samples_at_most_a_quarter_of_few_queries():
+    from gpumine.neighbors.engine._search import DENSE_PROBE_ROWS, probe_rows
+
+    assert probe_rows(1000) == 250
+    assert probe_rows(10) == 10
+    assert probe_rows(100) == 64
+    assert probe_rows(1 << 20) == DENSE_PROBE_ROWS

@@ -272,7 +272,7 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
     if deduplicated or dense_by_size(query.shape[0], ref.shape[0], ref.shape[1]) or ref.shape[0] < DENSE_PROBE_MIN_REFERENCES:
         return True
     n_query = query.shape[0]
-    picks = torch.linspace(0, n_query - 1, min(DENSE_PROBE_ROWS, n_query), device=query.device).round().long().unique()
+    picks = torch.linspace(0, n_query - 1, probe_rows(n_query), device=query.device).round().long().unique()
     sample = query.index_select(0, picks)
     # a self-search's sample keeps its own rows: one neighbour more (and one more for the float64 order)
     width = min(k + (1 if exclude_self else 0) + (1 if order64 else 0), ref.shape[0])
@@ -295,6 +295,14 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
 # the code").
 DENSE_PROBE_ROWS = 1024
 DENSE_PROBE_MAX_OPEN = 0.02
+# Few queries are sampled at most a quarter of (but at least this many): a probe of every query
+# ran the whole first pass once more before the search (1,000 queries x 50M references)
+DENSE_PROBE_MIN_ROWS = 64
+
+
+def probe_rows(n_query: int) -> int:
+    """Queries the dense-or-fused probe samples from ``n_query`` (see ``DENSE_PROBE_ROWS``)."""
+    return min(n_query, DENSE_PROBE_ROWS, max(DENSE_PROBE_MIN_ROWS, n_query // 4))
 # Below this many references the dense pass measured faster than the fused kernel on every
 # real set (magic.gamma 19,020 rows: even), continuous or not
 DENSE_PROBE_MIN_REFERENCES = 1 << 16
