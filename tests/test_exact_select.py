@@ -63,3 +63,4 @@ def test_exact_select_in_query_blocks_of_a_small_working_memory():
                         backend="auto", dedupe=False)
     assert torch.equal(whole[0], blocks[0]) and torch.equal(whole[1], blocks[1])
 
+

@@ -17,7 +17,7 @@ from ...core.tiles import same_device
 from ._curve import _CurveOrder
 from ._exact_select_kernel import (EXACT_SELECT_MAX_FEATURES, EXACT_SELECT_MAX_K, exact_select, exact_select_available)
 
-__all__ = ["exact_select_applies", "exact_select_preferred", "exact_select_search", "EXACT_SELECT", "EXACT_SELECT_CURVE", "EXACT_SELECT_MIN_PAIRS", "EXACT_SELECT_CURVE_MIN_PAIRS",
+__all__ = ["exact_select_supports", "exact_select_applies", "exact_select_preferred", "exact_select_search", "EXACT_SELECT", "EXACT_SELECT_CURVE", "EXACT_SELECT_MIN_PAIRS", "EXACT_SELECT_CURVE_MIN_PAIRS",
            "EXACT_SELECT_PREFERRED_FEATURES"]
 
 # False turns the path off, and EXACT_SELECT_CURVE its curve order (same-run A/B timings)
@@ -40,12 +40,18 @@ EXACT_SELECT_CURVE_MIN_PAIRS = 1 << 28
 EXACT_SELECT_PREFERRED_FEATURES = 16
 
 
+def exact_select_supports(metric: Metric, dtype: torch.dtype, d: int, k: int, device: torch.device, backend: str,
+                          precision: str) -> bool:
+    """Whether a search of this kind can run on the exact-selection kernel (see the module docstring)."""
+    return (EXACT_SELECT and exact_select_available() and device.type == "cuda" and backend == "auto" and precision == "exact"
+            and metric.name in _METRICS and dtype in (torch.float32, torch.float64)
+            and 0 < d <= EXACT_SELECT_MAX_FEATURES and 1 <= k <= EXACT_SELECT_MAX_K)
+
+
 def exact_select_applies(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, device: torch.device, backend: str,
                          precision: str) -> bool:
-    """Whether a search may run on the exact-selection kernel (see the module docstring)."""
-    return (EXACT_SELECT and exact_select_available() and device.type == "cuda" and backend == "auto" and precision == "exact"
-            and metric.name in _METRICS and ref.dtype in (torch.float32, torch.float64) and query.dtype == ref.dtype
-            and 0 < ref.shape[1] <= EXACT_SELECT_MAX_FEATURES and 1 <= k <= EXACT_SELECT_MAX_K
+    """:func:`exact_select_supports` for these operands, both already on ``device``."""
+    return (query.dtype == ref.dtype and exact_select_supports(metric, ref.dtype, ref.shape[1], k, device, backend, precision)
             and same_device(ref.device, device) and same_device(query.device, device))
 
 
