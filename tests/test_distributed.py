@@ -178,6 +178,10 @@ def test_gpu_workers_each_see_one_gpu(monkeypatch):
     assert gd.local_cluster(gpus=True) == "cluster"
     envs = sorted(spec["options"]["env"]["CUDA_VISIBLE_DEVICES"] for spec in made["workers"].values())
     assert envs == ["3", "5"] and _cluster._gpu_count() == 2
+    # each worker gets half of the host's memory (a Nanny's own default is memory x 1 thread / cores)
+    from distributed.system import MEMORY_LIMIT
+
+    assert all(spec["options"]["memory_limit"] == MEMORY_LIMIT // 2 for spec in made["workers"].values())
 
 
 def test_the_same_search_twice_in_a_row_is_not_lost(client):

@@ -55,8 +55,19 @@ def local_cluster(n_workers: int | None = None, *, gpus: bool | None = None, **k
             pass
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         devices = [d.strip() for d in visible.split(",")] if visible else [str(i) for i in range(n_gpus)]
-        workers = {f"gpu-{d}": {"cls": distributed.Nanny, "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": d}}}
-                   for d in devices[: n_workers or len(devices)]}
+        chosen = devices[: n_workers or len(devices)]
+        # Each worker gets its share of the host: a Nanny's default memory limit is the host's
+        # memory times its threads over all cores (1/32 of it on a 32-core host, below what the
+        # float64 keys of a large shard's neighbour lists take on the host), and the worker's
+        # host-side steps (merge keys, counts) may use its share of the cores.
+        from distributed.system import MEMORY_LIMIT
+
+        cores = str(max(1, (os.cpu_count() or 1) // len(chosen)))
+        workers = {f"gpu-{d}": {"cls": distributed.Nanny,
+                                "options": {"nthreads": 1, "memory_limit": MEMORY_LIMIT // len(chosen),
+                                            "env": {"CUDA_VISIBLE_DEVICES": d, "OMP_NUM_THREADS": cores,
+                                                    "MKL_NUM_THREADS": cores}}}
+                   for d in chosen}
         scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": kwargs.pop("dashboard_address", None)}}
         return distributed.SpecCluster(workers=workers, scheduler=scheduler, **kwargs)
     kwargs.setdefault("dashboard_address", None)
