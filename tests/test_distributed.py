@@ -203,3 +203,15 @@ def test_query_batches_change_nothing(client, batch_rows):
     np.testing.assert_array_equal(np.asarray(got[0]), want[0])
     with pytest.raises(ValueError, match="batch_rows"):
         gd.kneighbors(X, k=5, mode="shard", client=client, batch_rows=0)
+
+
+def test_the_merge_order_by_sorts_equals_lexsort():
+    """The merge's device sort (two stable sorts) orders as NumPy's lexsort, padding and ties included."""
+    from gpumine.distributed._knn import _merge_order
+
+    rng = np.random.default_rng(0)
+    keys = rng.integers(0, 4, size=(50, 12)).astype(np.float64)
+    keys[:, -3:] = np.inf  # padding
+    index = rng.permutation(50 * 12).reshape(50, 12).astype(np.int64)
+    index[:, -3:] = -1
+    np.testing.assert_array_equal(_merge_order(keys, index, 7, "cpu"), np.lexsort((index, keys), axis=1)[:, :7])

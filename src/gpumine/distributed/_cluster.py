@@ -69,6 +69,12 @@ def local_cluster(n_workers: int | None = None, *, gpus: bool | None = None, **k
                                                     "MKL_NUM_THREADS": cores}}}
                    for d in chosen}
         scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": kwargs.pop("dashboard_address", None)}}
-        return distributed.SpecCluster(workers=workers, scheduler=scheduler, **kwargs)
+        # thread counts must be in the environment before a worker process starts (torch reads
+        # them at import); Dask's own pre-spawn default is one thread
+        import dask
+
+        spawn_env = {f"distributed.nanny.pre-spawn-environ.{name}": cores for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        with dask.config.set(spawn_env):
+            return distributed.SpecCluster(workers=workers, scheduler=scheduler, **kwargs)
     kwargs.setdefault("dashboard_address", None)
     return distributed.LocalCluster(n_workers=n_workers or os.cpu_count() or 1, threads_per_worker=1, **kwargs)
