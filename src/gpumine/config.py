@@ -1,4 +1,4 @@
-"""Device, backend and working-memory selection shared by every part of gpumine.
+"""Device, backend, working-memory and output-type selection shared by every part of gpumine.
 
 Settings live in one process-wide dictionary; :func:`config_context` changes
 them for a ``with`` block (thread-local, as scikit-learn's ``config_context``).
@@ -24,6 +24,25 @@ resolves them through :func:`resolve_device`, :func:`resolve_backend` and
   from the host in tiles of this budget) and, for dense L2 searches, a float64
   copy. Data of float32 that float32 cannot square exactly is searched in a
   float64 copy.
+* ``output_type`` is the kind of array that methods and functions return
+  (only :func:`set_config` / :func:`config_context`, as cuML's). ``"input"``
+  (the default) returns the caller's kind: NumPy for NumPy, lists and pandas;
+  a torch tensor on the input's device for a tensor; CuPy for CuPy (and cuDF);
+  for other ``__dlpack__`` / ``__cuda_array_interface__`` arrays, their own
+  kind where gpumine can build it (Numba; JAX and other array-API arrays
+  through their namespace's ``from_dlpack``), else a torch tensor on their
+  device. ``"numpy"`` and ``"pandas"`` return host arrays (pandas: a
+  DataFrame for 2-D results, a Series for 1-D ones, with a default index);
+  ``"torch"`` a tensor where the input lay (host data: a CPU tensor; a GPU
+  array: on its GPU); ``"cupy"`` a CuPy array (on the input's GPU, else where
+  the result was computed, else the current CuPy device; needs CuPy). It
+  applies to what methods and functions return (``predict``,
+  ``kneighbors``, ``fit_predict``, ``score_samples``, ...), not to fitted
+  attributes (``negative_outlier_factor_``, ``labels_``, ...), which keep the
+  kind of the data passed to ``fit``, as before. Results that are not arrays
+  of numbers keep their form: sparse graphs (SciPy), ``radius_neighbors``'
+  per-row object arrays, and class labels that are strings (NumPy; a Series
+  under ``"pandas"``).
 """
 
 from __future__ import annotations
@@ -50,8 +69,9 @@ __all__ = [
     "triton_available",
 ]
 
-_DEFAULTS = {"device": "auto", "backend": "auto", "working_memory": None, "verbose": 1}
+_DEFAULTS = {"device": "auto", "backend": "auto", "working_memory": None, "verbose": 1, "output_type": "input"}
 _BACKENDS = ("auto", "torch", "triton")
+OUTPUT_TYPES = ("input", "numpy", "torch", "cupy", "pandas")
 _local = threading.local()
 
 
@@ -68,14 +88,30 @@ def get_config() -> dict:
     --------
     >>> import gpumine
     >>> sorted(gpumine.get_config())
-    ['backend', 'device', 'verbose', 'working_memory']
+    ['backend', 'device', 'output_type', 'verbose', 'working_memory']
     """
     return dict(_settings())
 
 
-def set_config(device=None, backend=None, working_memory=None, verbose=None) -> None:
-    """Change the process-wide defaults; ``None`` leaves a setting unchanged."""
-    new = {"device": device, "backend": backend, "working_memory": working_memory, "verbose": verbose}
+def set_config(device=None, backend=None, working_memory=None, verbose=None, output_type=None) -> None:
+    """Change the process-wide defaults; ``None`` leaves a setting unchanged.
+
+    ``output_type`` is one of ``"input"`` (results in the caller's kind, the
+    default), ``"numpy"``, ``"torch"``, ``"cupy"`` or ``"pandas"`` (see the
+    module docstring).
+
+    Examples
+    --------
+    >>> import numpy as np, torch, gpumine
+    >>> from gpumine.neighbors import kneighbors
+    >>> with gpumine.config_context(output_type="torch"):
+    ...     kneighbors(np.array([[0.0], [1.0], [3.0]]), k=1, device="cpu", return_distance=False)
+    tensor([[1],
+            [0],
+            [1]])
+    """
+    new = {"device": device, "backend": backend, "working_memory": working_memory, "verbose": verbose,
+           "output_type": output_type}
     new = {k: v for k, v in new.items() if v is not None}
     if "device" in new:
         _check_device_spec(new["device"])
@@ -83,6 +119,8 @@ def set_config(device=None, backend=None, working_memory=None, verbose=None) -> 
         _check_backend_spec(new["backend"])
     if "working_memory" in new:
         _check_working_memory(new["working_memory"])
+    if "output_type" in new:
+        _check_output_type(new["output_type"])
     _settings().update(new)
 
 
@@ -135,6 +173,14 @@ def _check_device_spec(device) -> None:
 def _check_backend_spec(backend) -> None:
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}; got {backend!r}")
+
+
+def _check_output_type(output_type) -> None:
+    if not isinstance(output_type, str) or output_type not in OUTPUT_TYPES:
+        raise ValueError(f"output_type must be one of {OUTPUT_TYPES}; got {output_type!r}")
+    if output_type == "cupy" and importlib.util.find_spec("cupy") is None:
+        raise ImportError("output_type='cupy' needs CuPy, which is not installed; install it (e.g. pip install "
+                          "cupy-cuda12x) or choose another output_type: 'input', 'numpy', 'torch' or 'pandas'")
 
 
 def _check_working_memory(working_memory) -> None:

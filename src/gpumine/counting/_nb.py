@@ -12,7 +12,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
-from .._validation import output_kind, to_output
+from .._validation import HostScoreMixin, device_array_to_tensor, is_device_array, labels_to_output, output_kind, to_output
 from ..config import resolve_backend, resolve_device
 from ._ops import choose_representation, contingency_tables, histogram_backend, histogram_contingency, level_offsets
 from ._bits import pack_codes
@@ -27,7 +27,7 @@ _REPRESENTATIONS = ("auto", "bitmap", "bitslice", "histogram")
 MAX_CATEGORIES = 1 << 20
 
 
-class CategoricalNB(HostPickleMixin, ClassifierMixin, BaseEstimator):
+class CategoricalNB(HostPickleMixin, HostScoreMixin, ClassifierMixin, BaseEstimator):
     """Naive Bayes for categorical features, counted on the GPU with bitmaps, bit-slices or a histogram.
 
     Same model and probabilities as :class:`sklearn.naive_bayes.CategoricalNB`:
@@ -131,6 +131,8 @@ class CategoricalNB(HostPickleMixin, ClassifierMixin, BaseEstimator):
     def _codes(self, X, reset: bool):
         """Validated non-negative integer codes as a tensor on the fit device (plus the caller's output kind)."""
         kind = output_kind(X)
+        if is_device_array(X):
+            X = device_array_to_tensor(X, "X")  # CuPy & co.: a tensor on their device, no copy
         if isinstance(X, torch.Tensor):
             if X.ndim != 2:  # scikit-learn's words first, then the shape and the fix
                 said = ("Expected 2D array, got 1D array instead" if X.ndim == 1 else
@@ -412,18 +414,15 @@ class CategoricalNB(HostPickleMixin, ClassifierMixin, BaseEstimator):
     def predict_proba(self, X):
         """Class probabilities, ``(n_samples, n_classes)``, columns in the order of ``classes_``."""
         jll, kind = self._joint_log_likelihood_t(X)
-        if kind.kind == "numpy":
+        if kind.kind == "numpy":  # NumPy input: scipy's logsumexp, as scikit-learn
             j = jll.cpu().numpy()
-            return np.exp(j - logsumexp(j, axis=1)[:, None])
+            return to_output(torch.from_numpy(np.exp(j - logsumexp(j, axis=1)[:, None])), kind)
         return to_output(torch.exp(jll - torch.logsumexp(jll, dim=1, keepdim=True)), kind)
 
     def predict(self, X):
         """The most probable class of each row (the first in ``classes_`` order on ties)."""
         jll, kind = self._joint_log_likelihood_t(X)
-        pred = self.classes_[jll.argmax(dim=1).cpu().numpy()]
-        if kind.kind == "torch" and pred.dtype.kind in "biuf":
-            return torch.as_tensor(pred, device=kind.device)
-        return pred
+        return labels_to_output(self.classes_[jll.argmax(dim=1).cpu().numpy()], kind)
 
 
 def _labels(classes) -> np.ndarray:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import all_finite, check_array, check_n_neighbors, non_finite_error, output_kind, to_output
+from .._validation import (all_finite, check_array, check_n_neighbors, non_finite_error, output_kind, result_device,
+                           to_output)
 from ..config import resolve_device, working_memory_bytes
 from ..core.distance import check_precision, get_metric
 from ..core.tiles import fits_on_device, same_device
@@ -135,7 +136,10 @@ def kneighbors(
         Row numbers into ``X_ref``. Equal distances are ordered by the lower index.
 
     Results come back in the caller's kind: NumPy in, NumPy out; a torch tensor
-    in, a tensor on that tensor's device out.
+    in, a tensor on that tensor's device out; a CuPy array (or any array with
+    ``__dlpack__`` or ``__cuda_array_interface__``) in, read without a copy
+    and returned as its kind on its device. ``output_type`` in
+    :func:`gpumine.config_context` asks for another kind.
 
     On a GPU, a search that runs the fused kernel in one launch (float32, up to
     128 MiB of operands) is captured as a CUDA graph the second time its shape
@@ -179,17 +183,18 @@ def kneighbors(
     metric_obj = get_metric(metric, p)
     check_precision(precision, dtype)
     backend = choose_backend(backend, dev, metric_obj, dtype, k, ref.shape[0])
-    result_device = kind.device if kind.kind == "torch" else torch.device("cpu")
+    # results are left where the output will be: the input's device for tensors and GPU arrays, else the host
+    out_device = result_device(kind, dev)
     found = None
     if on_gpu:
         # repeated small searches replay a captured graph (see gpumine.neighbors.engine._graphs)
         found = search_with_graph(ref, query, k, metric_obj, exclude_self=exclude_self, device=dev, working_memory=working_memory,
-                                  backend=backend, precision=precision, result_device=result_device)
+                                  backend=backend, precision=precision, result_device=out_device)
     if found is not None:
         scores, index = found
     else:
         scores, index = _search(ref, query, k, metric_obj, exclude_self, dev, working_memory_bytes(working_memory, dev),
-                                result_device, verbose, backend, precision)
+                                out_device, verbose, backend, precision)
     index_out = to_output(index, kind)
     if not return_distance:
         return index_out

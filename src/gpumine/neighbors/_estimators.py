@@ -36,7 +36,8 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import check_array, check_labels, check_n_features, check_n_neighbors, output_kind, to_output
+from .._validation import (HostScoreMixin, check_array, check_labels, check_n_features, check_n_neighbors,
+                           labels_to_output, output_kind, to_attribute, to_output)
 from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ..core.distance import METRICS, check_precision, get_metric, is_engine_metric
 from ..core.tiles import fits_on_device
@@ -100,7 +101,7 @@ def _fitted_data(X):
         return np.asarray(X.data)
     if isinstance(X, _KNeighborsBase):
         check_is_fitted(X, "n_samples_fit_")
-        return X._fit_X if sp.issparse(X._fit_X) else to_output(X._fit_X, X._fit_kind)
+        return X._fit_X if sp.issparse(X._fit_X) else to_attribute(X._fit_X, X._fit_kind)
     if isinstance(X, BaseEstimator) and hasattr(X, "kneighbors"):
         check_is_fitted(X)
         return X._fit_X
@@ -651,7 +652,7 @@ class _WeightedKNeighbors(_KNeighborsBase):
         self.weights = weights
 
 
-class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors, SklearnKNeighborsMixin):
+class KNeighborsClassifier(HostScoreMixin, ClassifierMixin, _WeightedKNeighbors, SklearnKNeighborsMixin):
     """k-nearest-neighbour classifier by (weighted) majority vote, exact on GPU or CPU.
 
     Parameters are those of :class:`NearestNeighbors` plus ``weights``
@@ -731,9 +732,7 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors, SklearnKNeighbo
                 labels[:, o] = column
         else:
             labels = columns[0]
-        if kind.kind == "torch" and labels.dtype.kind in "biuf":
-            return torch.as_tensor(labels, device=kind.device)
-        return labels
+        return labels_to_output(labels, kind)
 
     def predict_proba(self, X):
         """Class probabilities of ``X``: the normalised (weighted) votes, columns in ``classes_`` order
@@ -751,7 +750,7 @@ class KNeighborsClassifier(ClassifierMixin, _WeightedKNeighbors, SklearnKNeighbo
         return tags
 
 
-class KNeighborsRegressor(RegressorMixin, _WeightedKNeighbors, SklearnKNeighborsMixin):
+class KNeighborsRegressor(HostScoreMixin, RegressorMixin, _WeightedKNeighbors, SklearnKNeighborsMixin):
     """k-nearest-neighbour regression by the (weighted) mean of the neighbours' targets.
 
     Parameters are those of :class:`KNeighborsClassifier`. ``y`` may be 2-D for

@@ -11,12 +11,13 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import torch
 from sklearn.base import ClassifierMixin, RegressorMixin, TransformerMixin
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils._available_if import available_if
 from sklearn.utils.multiclass import check_classification_targets
 
-from .._validation import check_labels
+from .._validation import HostScoreMixin, check_labels, labels_to_output, to_output
 from ._estimators import SklearnKNeighborsMixin, SklearnRadiusNeighborsMixin, _KNeighborsBase
 
 __all__ = ["RadiusNeighborsClassifier", "RadiusNeighborsRegressor", "KNeighborsTransformer"]
@@ -74,7 +75,7 @@ class _RadiusBase(_KNeighborsBase, SklearnRadiusNeighborsMixin):
         return indptr, indices, (np.ones(len(indices)) if w is None else w), kind
 
 
-class RadiusNeighborsClassifier(ClassifierMixin, _RadiusBase):
+class RadiusNeighborsClassifier(HostScoreMixin, ClassifierMixin, _RadiusBase):
     """Vote among the training points within ``radius`` (exact, GPU or CPU).
 
     Parameters are scikit-learn's: ``radius``, ``weights`` (``"uniform"``,
@@ -144,8 +145,8 @@ class RadiusNeighborsClassifier(ClassifierMixin, _RadiusBase):
         return labels
 
     def _probabilities(self, X):
-        """Per output, the (n_queries, n_classes) probabilities, and the rows without neighbours."""
-        indptr, indices, w, _ = self._neighbours(X)
+        """Per output, the (n_queries, n_classes) probabilities, the rows without neighbours, and the output kind."""
+        indptr, indices, w, kind = self._neighbours(X)
         n = len(indptr) - 1
         rows = np.repeat(np.arange(n), np.diff(indptr))
         empty = np.diff(indptr) == 0
@@ -173,19 +174,20 @@ class RadiusNeighborsClassifier(ClassifierMixin, _RadiusBase):
                                   "of outliers will be assigned with 0.", UserWarning, stacklevel=3)
             total = votes.sum(1, keepdims=True)
             probas.append(np.divide(votes, total, out=np.zeros_like(votes), where=total > 0))
-        return probas, empty
+        return probas, empty, kind
 
     def predict_proba(self, X):
         """Class probabilities: the normalised (weighted) votes within the radius; rows without
         neighbours get all their weight on ``outlier_label`` (zeros if it is not a class). A list
         of such arrays, one per output, for 2-D ``y``."""
-        probas, _ = self._probabilities(X)
+        probas, _, kind = self._probabilities(X)
+        probas = [to_output(torch.from_numpy(p), kind) for p in probas]
         return probas if self.outputs_2d_ else probas[0]
 
     def predict(self, X):
         """Class labels (vote ties go to the smallest label; queries without neighbours: ``outlier_label``);
         (n_queries, n_outputs) for 2-D ``y``."""
-        probas, empty = self._probabilities(X)
+        probas, empty, kind = self._probabilities(X)
         classes = self.classes_ if self.outputs_2d_ else [self.classes_]
         labels = self.outlier_label_ if self.outputs_2d_ else [self.outlier_label_]
         columns = []
@@ -196,11 +198,11 @@ class RadiusNeighborsClassifier(ClassifierMixin, _RadiusBase):
                 column[empty] = labels[o]
             columns.append(column)
         if not self.outputs_2d_:
-            return columns[0]
+            return labels_to_output(columns[0], kind)
         out = np.empty((len(columns[0]), len(columns)), dtype=classes[0].dtype)
         for o, column in enumerate(columns):
             out[:, o] = column
-        return out
+        return labels_to_output(out, kind)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -208,7 +210,7 @@ class RadiusNeighborsClassifier(ClassifierMixin, _RadiusBase):
         return tags
 
 
-class RadiusNeighborsRegressor(RegressorMixin, _RadiusBase):
+class RadiusNeighborsRegressor(HostScoreMixin, RegressorMixin, _RadiusBase):
     """The (weighted) mean target of the training points within ``radius`` (exact, GPU or CPU).
 
     Queries without neighbours predict NaN with a warning, as scikit-learn.
@@ -241,7 +243,7 @@ class RadiusNeighborsRegressor(RegressorMixin, _RadiusBase):
 
     def predict(self, X):
         """Mean target of the neighbours within the radius of each row of ``X``."""
-        indptr, indices, w, _ = self._neighbours(X)
+        indptr, indices, w, kind = self._neighbours(X)
         n = len(indptr) - 1
         rows = np.repeat(np.arange(n), np.diff(indptr))
         sums = np.zeros((n, self._y.shape[1]))
@@ -254,7 +256,7 @@ class RadiusNeighborsRegressor(RegressorMixin, _RadiusBase):
         with np.errstate(invalid="ignore", divide="ignore"):
             pred = sums / total
         pred[empty] = np.nan
-        return pred[:, 0] if self._y_ndim == 1 else pred
+        return to_output(torch.from_numpy(pred[:, 0] if self._y_ndim == 1 else pred), kind)
 
 
 class KNeighborsTransformer(TransformerMixin, _KNeighborsBase, SklearnKNeighborsMixin):

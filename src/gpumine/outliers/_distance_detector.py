@@ -19,7 +19,7 @@ import torch
 from sklearn.base import BaseEstimator, OutlierMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import check_array, check_n_features, output_kind, to_output
+from .._validation import check_array, check_n_features, output_kind, to_attribute, to_output
 from ..config import resolve_device, working_memory_bytes
 from ._distance_based import (
     check_candidates,
@@ -231,13 +231,15 @@ class DistanceOutlierDetector(HostPickleMixin, OutlierMixin, BaseEstimator):
         solving = out["solving_set"]
         labels = torch.ones(n, dtype=torch.int64, device=dev)
         labels[out["top_indices"]] = -1
-        self.labels_ = to_output(labels, kind)
-        self.outlier_indices_ = to_output(out["top_indices"], kind)
-        self.outlier_scores_ = to_output(out["scores"], kind)
-        self.outlier_scores_exact_ = to_output(out["scores_exact"], kind)
+        # fitted attributes keep the kind of X whatever output_type says (see gpumine.config)
+        self._labels = labels
+        self.labels_ = to_attribute(labels, kind)
+        self.outlier_indices_ = to_attribute(out["top_indices"], kind)
+        self.outlier_scores_ = to_attribute(out["scores"], kind)
+        self.outlier_scores_exact_ = to_attribute(out["scores_exact"], kind)
         self.threshold_ = float(out["threshold"])
         self.offset_ = float(np.nextafter(-self.threshold_, np.inf))
-        self.solving_set_ = to_output(solving, kind)
+        self.solving_set_ = to_attribute(solving, kind)
         self.n_iter_ = int(out["iterations"])
         self.distances_computed_ = int(out["distances"])
         self.distance_fraction_ = out["distances"] / (n * (n - 1) / 2)
@@ -255,8 +257,9 @@ class DistanceOutlierDetector(HostPickleMixin, OutlierMixin, BaseEstimator):
         return self
 
     def fit_predict(self, X, y=None):
-        """Fit and return ``labels_``: -1 for the top-n outliers of ``X``, +1 otherwise."""
-        return self.fit(X).labels_
+        """Fit and return ``labels_``: -1 for the top-n outliers of ``X``, +1 otherwise (as ``output_type`` says)."""
+        self.fit(X)
+        return to_output(self._labels, self._fit_kind)
 
     # -- scoring new data -----------------------------------------------------------------
     def _weights(self, X):

@@ -19,7 +19,7 @@ from sklearn.base import OutlierMixin
 from sklearn.utils._available_if import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import check_array, check_n_features, check_n_neighbors, output_kind, to_output
+from .._validation import check_array, check_n_features, check_n_neighbors, output_kind, to_attribute, to_output
 from ..config import resolve_device, working_memory_bytes
 from ..core.distance import get_metric
 from ..neighbors.engine import choose_backend, knn_search
@@ -232,8 +232,9 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
         self._dtype = torch.float32 if self._out_dtype == np.float32 else torch.float64
         self.n_duplicate_points_ = fit.n_duplicate_points
         nof = -fit.lof
-        self.negative_outlier_factor_ = to_output(nof.to(self._dtype), self._fit_kind)
-        self.outlier_scores_ = to_output(fit.lof.to(self._dtype), self._fit_kind)
+        # fitted attributes keep the kind of X whatever output_type says (see gpumine.config)
+        self.negative_outlier_factor_ = to_attribute(nof.to(self._dtype), self._fit_kind)
+        self.outlier_scores_ = to_attribute(fit.lof.to(self._dtype), self._fit_kind)
         if self.contamination == "auto":
             self.offset_ = -1.5
         else:
@@ -272,9 +273,7 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
 
     @staticmethod
     def _labels_out(labels: torch.Tensor, kind):
-        if kind.kind == "torch":
-            return labels.to(kind.device)
-        return labels.numpy().astype(int)
+        return to_output(labels, kind)
 
     # -- novelty detection -------------------------------------------------------------
     def _check_novelty_predict(self):

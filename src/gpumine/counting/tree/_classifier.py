@@ -17,7 +17,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ..._device_state import HostPickleMixin
-from ..._validation import output_kind, to_output
+from ..._validation import HostScoreMixin, device_array_to_tensor, is_device_array, labels_to_output, output_kind, to_output
 from ...config import resolve_backend, resolve_device
 from .._ops import histogram_backend
 from ._encoding import _Columns, _FrameColumns, encode_labels
@@ -33,7 +33,7 @@ __all__ = ["C45Classifier"]
 _REPRESENTATIONS = ("auto", "bitmap", "bitslice", "histogram")
 
 
-class C45Classifier(HostPickleMixin, ClassifierMixin, BaseEstimator):
+class C45Classifier(HostPickleMixin, HostScoreMixin, ClassifierMixin, BaseEstimator):
     """C4.5 decision tree (Weka J48 rules) grown from batched counts on the GPU.
 
     Parameters
@@ -158,6 +158,8 @@ class C45Classifier(HostPickleMixin, ClassifierMixin, BaseEstimator):
                                 dtype=bool)
                 arr = _FrameColumns(X, fast)
         else:
+            if is_device_array(X):  # CuPy & co.: the tree is grown and walked on the host
+                X = device_array_to_tensor(X, "X")
             if isinstance(X, torch.Tensor):
                 X = X.detach().cpu().numpy()
             if hasattr(X, "toarray") and hasattr(X, "nnz"):
@@ -344,25 +346,26 @@ class C45Classifier(HostPickleMixin, ClassifierMixin, BaseEstimator):
         self._dev_tables = {k: torch.as_tensor(v, device=dev) for k, v in self._t.items() if k != "dist"}
 
     # ------------------------------------------------------------------ predict
-    def predict_proba(self, X):
-        """Class probabilities ``(n_samples, n_classes)`` (J48's ``distributionForInstance``)."""
+    def _proba(self, X):
+        """Class probabilities as a tensor on the device, and the output kind."""
         check_is_fitted(self, "n_nodes_")
         kind = output_kind(X)
         arr, _, _ = self._to_frame(X, reset=False)
         codes, vals, miss = self._cols.encode_predict(arr, self.handle_unknown)
-        out = predict_proba_tables(self._dev_tables, codes, vals, miss, len(self.classes_), self._device)
-        return to_output(out, kind) if kind.kind == "torch" else out.cpu().numpy()
+        return predict_proba_tables(self._dev_tables, codes, vals, miss, len(self.classes_), self._device), kind
+
+    def predict_proba(self, X):
+        """Class probabilities ``(n_samples, n_classes)`` (J48's ``distributionForInstance``)."""
+        out, kind = self._proba(X)
+        return to_output(out, kind)
 
     def predict(self, X):
         """The most probable class (first in ``classes_`` order within 1e-6, as J48)."""
-        proba = self.predict_proba(X)
-        p = proba if isinstance(proba, np.ndarray) else proba.detach().cpu().numpy()
+        out, kind = self._proba(X)
+        p = out.detach().cpu().numpy()
         best = p.max(1, keepdims=True)
         idx = (p >= best - _SMALL).argmax(1)
-        pred = self.classes_[idx]
-        if isinstance(proba, torch.Tensor) and pred.dtype.kind in "biuf":
-            return torch.as_tensor(pred, device=proba.device)
-        return pred
+        return labels_to_output(self.classes_[idx], kind)
 
     # ------------------------------------------------------------------ text
     def export_text(self, feature_names=None, decimals=6):
