@@ -355,7 +355,9 @@ def test_repeated_small_fits_on_the_gpu_replay_the_search_graph_with_eager_resul
         pytest.skip("no CUDA GPU")
     rng = np.random.default_rng(7)
     sets = [rng.integers(0, 5, size=(500, 4)).astype(np.float32) for _ in range(3)]
+    _graphs.clear_search_graphs()
     graph = [LocalOutlierFactor(n_neighbors=10, device="cuda").fit(X).negative_outlier_factor_ for X in sets]
+    assert _graphs._graphs, "the repeated fits captured no search graph"
     monkeypatch.setattr(_graphs, "GRAPH_SEARCHES", False)
     eager = [LocalOutlierFactor(n_neighbors=10, device="cuda").fit(X).negative_outlier_factor_ for X in sets]
     for g, e in zip(graph, eager):

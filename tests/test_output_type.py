@@ -369,10 +369,10 @@ def test_gpu_cupy_in_cupy_out():
         assert isinstance(got, torch.Tensor) and got.device == dev
     with gpumine.config_context(output_type="pandas"):
         assert isinstance(LocalOutlierFactor(n_neighbors=5).fit_predict(Xc), pd.Series)
+    want = kneighbors(X, Q, k=3, device="cpu")[1]
     with gpumine.config_context(output_type="cupy"):
         for got in (kneighbors(X, Q, k=3)[1], NearestNeighbors(n_neighbors=3).fit(X).kneighbors(Q)[1],
                     KNeighborsClassifier(3).fit(X, Y).predict(Q), LocalOutlierFactor(n_neighbors=5).fit_predict(X),
                     kneighbors(torch.as_tensor(X), k=3, device="cpu")[1]):
             assert isinstance(got, cupy.ndarray)
-        np.testing.assert_array_equal(cupy.asnumpy(kneighbors(X, Q, k=3, device="cpu")[1]),
-                                      kneighbors(X, Q, k=3, device="cpu")[1])
+        np.testing.assert_array_equal(cupy.asnumpy(kneighbors(X, Q, k=3, device="cpu")[1]), want)

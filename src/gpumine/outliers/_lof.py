@@ -277,18 +277,19 @@ def lof_fit(
     warn: bool = True,
     backend: str = "torch",
     working_memory=None,
+    replay: bool = False,
 ) -> LOFFit:
     """LOF of every row of ``X`` among the others, on ``device`` (the exact kNN engine does the search).
 
     ``X`` may live in host memory; it streams to the device in tiles when it
-    does not fit there. Results stay on ``device``. ``working_memory``: the
-    setting ``budget_bytes`` came from; given, a repeated small search on a GPU
-    replays a captured graph as ``kneighbors`` does (same results bit for bit).
+    does not fit there. Results stay on ``device``. ``replay``: a repeated small
+    search on a GPU replays a captured graph as ``kneighbors`` does (same results
+    bit for bit); ``working_memory`` is the setting ``budget_bytes`` came from.
     """
     check_lof_metric(metric)
     check_duplicates_rule(duplicates)
     found = None
-    if device.type == "cuda" and working_memory is not None:
+    if replay and device.type == "cuda":
         found = search_with_graph(X, X, n_neighbors, metric, exclude_self=True, device=device, working_memory=working_memory,
                                   backend=backend, precision="exact", result_device=device)
     # distances straight from the engine: squared scores of large data may overflow the data's dtype

@@ -221,7 +221,7 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
                                      n_samples)
             fit = lof_fit(self._fit_X, self.n_neighbors_, self._metric, device=self.device_, budget_bytes=budget,
                           duplicates=self.duplicates, verbose=self.verbose, warn=False, backend=backend,
-                          working_memory=self.working_memory)
+                          working_memory=self.working_memory, replay=True)
         else:  # precomputed distances or a brute-force metric: the base estimator's all-kNN
             dist, index, _ = self._query(None, self.n_neighbors_)
             fit = self._lof_from_neighbours(dist, index)
@@ -449,6 +449,7 @@ def lof_scores(
     dev = resolve_device(device)
     engine_backend = choose_backend(backend, dev, metric_obj, X_t.dtype, k, X_t.shape[0])
     fit = lof_fit(X_t, k, metric_obj, device=dev, budget_bytes=working_memory_bytes(working_memory, dev),
-                  duplicates=duplicates, verbose=verbose, warn=False, backend=engine_backend, working_memory=working_memory)
+                  duplicates=duplicates, verbose=verbose, warn=False, backend=engine_backend, working_memory=working_memory,
+                  replay=True)
     warn_duplicates(fit, stacklevel=2)
     return to_output(fit.lof.to(X_t.dtype), kind)
