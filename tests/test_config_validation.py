@@ -7,7 +7,7 @@ import scipy.sparse as sp
 import torch
 
 import gpumine
-from gpumine._validation import check_array, check_labels, check_n_features, check_n_neighbors, output_kind, to_output
+from gpumine.utils._validation import check_array, check_labels, check_n_features, check_n_neighbors, output_kind, to_output
 from gpumine.config import resolve_backend, resolve_device, working_memory_bytes
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from gpumine import data
 from gpumine.data import _datasets, _paths, _readers, _writers
+from gpumine.utils import _atomic
 
 # --------------------------------------------------------------------------
 # helpers and fixtures
@@ -382,7 +383,7 @@ def test_write_array_and_atomic_open(tmp_path):
             fh.write("half")
             raise KeyError("boom")
     assert not target.exists()
-    assert oct(os.stat(tmp_path / "a.npy").st_mode & 0o777) == oct(_writers._FILE_MODE)
+    assert oct(os.stat(tmp_path / "a.npy").st_mode & 0o777) == oct(_atomic._FILE_MODE)
 
 
 # --------------------------------------------------------------------------

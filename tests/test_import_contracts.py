@@ -2,7 +2,8 @@
 
 core (algorithm-free primitives and kernels) <- neighbors <- outliers <- stream; counting stands
 alone beside them; data (readers, writers, datasets) knows no kernels and no algorithm; the command
-line modules sit on top and no library module imports them. The benchmark suites (``benchmarks/``
+line modules sit on top and no library module imports them. utils (validation, the atomic writer,
+lazy exports, progress) sits below every one of them and imports none of them. The benchmark suites (``benchmarks/``
 at the repository root) are not part of the package, and nothing in it imports them.
 """
 
@@ -66,6 +67,9 @@ CONTRACTS = [
     ("gpumine.outliers", ["gpumine.stream", "gpumine.counting"], "outliers sit below streams"),
     ("gpumine.data", ["gpumine.counting", "gpumine.neighbors", "gpumine.outliers",
                       "gpumine.stream"], "io knows no kernels and no algorithm"),
+    ("gpumine.utils", ["gpumine.core", "gpumine.data", "gpumine.neighbors", "gpumine.outliers", "gpumine.counting",
+                       "gpumine.stream", "gpumine.distributed", "gpumine.cli", "gpumine.__main__", "gpumine._cli_args",
+                       "gpumine._cli_errors"], "utils is infrastructure below every domain package and the command line"),
 ]
 
 
@@ -123,3 +127,7 @@ def test_the_contract_checker_sees_violations():
     # the checker itself can fail: a made-up edge is caught
     assert any(_within(i, "gpumine.core") for i in EDGES["gpumine.neighbors.engine._search"])
     assert _is_cli("gpumine.stream._cli") and not _is_cli("gpumine.stream._streaming")
+    # the utils contract has modules to check, and the domain packages do import them
+    utils = {"gpumine.utils._validation", "gpumine.utils._atomic", "gpumine.utils._lazy", "gpumine.utils._progress"}
+    assert utils <= set(MODULES)
+    assert any(_within(i, "gpumine.utils") for i in EDGES["gpumine.neighbors._api"])

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import gpumine
-from gpumine._validation import check_array, check_labels, output_kind, to_output
+from gpumine.utils._validation import check_array, check_labels, output_kind, to_output
 from gpumine.neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors, kneighbors
 from gpumine.outliers import DistanceOutlierDetector, LocalOutlierFactor
 
@@ -298,7 +298,7 @@ def test_output_type_validation():
 
 
 def _cupy_kind():
-    from gpumine._validation import OutputKind
+    from gpumine.utils._validation import OutputKind
 
     return OutputKind("cupy", None)
 

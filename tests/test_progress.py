@@ -1,6 +1,6 @@
 import io
 
-from gpumine._progress import Progress
+from gpumine.utils._progress import Progress
 
 
 class FakeTTY(io.StringIO):

@@ -45,7 +45,7 @@ __all__ = [
     "histogram_contingency",
 ]
 
-from .._lazy import lazy_exports
+from ..utils._lazy import lazy_exports
 from ._itemsets import association_rules, frequent_itemsets
 
 __all__ += ["CategoricalNB", "C45Classifier", "frequent_itemsets", "association_rules"]

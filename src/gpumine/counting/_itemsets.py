@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .._progress import Progress
+from ..utils._progress import Progress
 from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ._bits import n_words_for, pack_bool, pack_groups, popcount_sum, tail_mask
 from ._ops import and_count_matrix, term_counts

@@ -12,7 +12,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
-from .._validation import HostScoreMixin, device_array_to_tensor, is_device_array, labels_to_output, output_kind, to_output
+from ..utils._validation import HostScoreMixin, device_array_to_tensor, is_device_array, labels_to_output, output_kind, to_output
 from ..config import resolve_backend, resolve_device
 from ._ops import choose_representation, contingency_tables, histogram_backend, histogram_contingency, level_offsets
 from ._bits import pack_codes

@@ -5,6 +5,7 @@ atomically; loaders find the shared real-data folder or take a path to the
 publisher's file; generators are seeded.
 """
 
+from ..utils._atomic import atomic_open
 from ._datasets import (
     COVTYPE_URL,
     KDD_FEATURE_NAMES,
@@ -22,7 +23,7 @@ from ._download import fetch_file, sha256_of
 from ._paths import find_data_dir, get_data_home
 from ._readers import read_csv, read_npy, read_npz, read_parquet, read_table
 from ._synthetic import make_gaussian_blobs, make_poker_hands, make_uniform, poker_hand_labels
-from ._writers import atomic_open, check_output_path, write_array, write_result
+from ._writers import check_output_path, write_array, write_result
 
 __all__ = [
     "check_output_path",

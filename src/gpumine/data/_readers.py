@@ -1,7 +1,7 @@
 """Readers for tabular files: delimited text (plain or gzip), Parquet, NumPy.
 
 Every reader returns NumPy arrays, never tensors: turning data into tensors on
-a device is the estimators' job (see ``gpumine._validation``).
+a device is the estimators' job (see ``gpumine.utils._validation``).
 
 Delimited text is read in two passes. A light first pass finds the
 delimiter, the header and any row whose number of fields differs from the

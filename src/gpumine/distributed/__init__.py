@@ -13,7 +13,7 @@ from ._outliers import LocalOutlierFactor, top_n_outliers
 __all__ = ["kneighbors", "radius_neighbors", "NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor", "LocalOutlierFactor",
            "top_n_outliers", "CategoricalNB", "C45Classifier", "frequent_itemsets", "local_cluster"]
 
-from .._lazy import lazy_exports
+from ..utils._lazy import lazy_exports
 
 # the kNN estimators and the tree need scikit-learn (about a second to import): loaded on first use
 _LAZY = {"KNeighborsClassifier": "._estimators", "KNeighborsRegressor": "._estimators", "C45Classifier": "._tree"}

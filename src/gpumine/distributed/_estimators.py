@@ -37,7 +37,7 @@ __all__ = ["KNeighborsClassifier", "KNeighborsRegressor"]
 
 def _rows_as(part, dtype):
     """A row partition (NumPy block or pandas frame) as a 2-D array of the fitted dtype, read as
-    :func:`gpumine._validation.check_array` reads it (pandas: through float64, NaN for missing)."""
+    :func:`gpumine.utils._validation.check_array` reads it (pandas: through float64, NaN for missing)."""
     if hasattr(part, "to_numpy") and hasattr(part, "dtypes"):
         part = part.to_numpy(dtype=np.float64, na_value=np.nan)
     part = np.asarray(part)
@@ -78,7 +78,7 @@ class _DaskKNeighbors:
         import dask
         import dask.array as da
 
-        from .._validation import check_array
+        from ..utils._validation import check_array
 
         super()._fit(_head(X))  # parameters, feature names, n_features_in_, dtype: as one process
         del self._fit_X
@@ -110,7 +110,7 @@ class _DaskKNeighbors:
         """(distances, indices, output kind) from the distributed search, on ``device_`` as one process has them."""
         from sklearn.utils.validation import check_is_fitted
 
-        from .._validation import check_array, check_n_features, check_n_neighbors, output_kind
+        from ..utils._validation import check_array, check_n_features, check_n_neighbors, output_kind
         from ..neighbors._estimators import _check_feature_names
 
         check_is_fitted(self, "n_samples_fit_")
@@ -176,7 +176,7 @@ class _DaskKNeighbors:
         (distance, index) on the client: one process's rows)."""
         from sklearn.utils.validation import check_is_fitted
 
-        from .._validation import check_array, check_n_features, output_kind
+        from ..utils._validation import check_array, check_n_features, output_kind
         from ..neighbors._estimators import _check_feature_names
         from ._knn import _radius_arrays
 

@@ -84,7 +84,7 @@ def _search_shard(shard, queries, k: int, first_row: int, exclude_self: bool, me
     """
     import torch
 
-    from gpumine._validation import check_array
+    from gpumine.utils._validation import check_array
     from gpumine.config import resolve_device
     from gpumine.core.distance import get_metric
     from gpumine.neighbors import kneighbors
@@ -288,7 +288,7 @@ def _kneighbors_arrays(X_ref, X_query, k, *, metric, p, mode, client, device, wo
 
 
 def _torch_dtype(dtype):
-    """The dtype :func:`gpumine._validation.check_array` computes data of NumPy dtype ``dtype`` in."""
+    """The dtype :func:`gpumine.utils._validation.check_array` computes data of NumPy dtype ``dtype`` in."""
     import torch
 
     return torch.float32 if np.dtype(dtype) in (np.float32, np.float16) else torch.float64
@@ -298,7 +298,7 @@ def _radius_part(ref, first_row, queries, query_offset, radius, exclude_self, me
                  working_memory):
     """Every reference of ``ref`` (global rows from ``first_row``) within ``radius`` of each query (global rows
     from ``query_offset`` when ``exclude_self``): ``(query rows, global indices, float64 distances)``."""
-    from gpumine._validation import check_array
+    from gpumine.utils._validation import check_array
     from gpumine.config import resolve_device, working_memory_bytes
     from gpumine.core.distance import get_metric
     from gpumine.neighbors._radius import radius_search

@@ -98,7 +98,7 @@ def _brute_force(X, n_outliers, k, *, include_self, metric, p, mode, client, dev
     """All-kNN on the cluster, then the weights on the client (``method="brute_force"``)."""
     import torch
 
-    from .._validation import check_array
+    from ..utils._validation import check_array
     from ..outliers._distance_based import DistanceOutliers, check_n_outliers, effective_k, top_n_from_weights
     from ..outliers._weights import PairSpace, resolve_metric
 
@@ -151,7 +151,7 @@ class LocalOutlierFactor:
         """All-kNN on the cluster, then k-distances, lrd and LOF from the lists."""
         import torch
 
-        from .._validation import check_array
+        from ..utils._validation import check_array
         from ..core.distance import get_metric
         from ..outliers._lof import check_duplicates_rule, check_lof_metric, lof_from_knn, warn_duplicates
 

@@ -94,7 +94,7 @@ class _Shard:
 
 def _init_shard(block, first_row, k, metric, p, device, working_memory, backend):
     """A worker's shard from its block of ``X`` (read as one process reads the whole ``X``)."""
-    from gpumine._validation import all_finite, check_array
+    from gpumine.utils._validation import all_finite, check_array
     from gpumine.config import resolve_backend, resolve_device, working_memory_bytes
     from gpumine.outliers._weights import resolve_metric
 
@@ -281,7 +281,7 @@ def _shard_blocks(client, X, n_workers):
         sizes = X.chunks[0]
         kept = [(s, b) for (s, b), size in zip(blocks, sizes) if size]
         return [_computed(client, b) for _, b in kept], [s for s, _ in kept], n, X.shape[1]
-    from .._validation import check_array
+    from ..utils._validation import check_array
 
     Xt = check_array(X, name="X")  # errors name X and its row, as one process's
     data = Xt.detach().cpu().numpy()
@@ -292,7 +292,7 @@ def _shard_blocks(client, X, n_workers):
 def solving_set_outliers(X, n_outliers, k, *, include_self, metric, p, n_candidates, random_state, client, device,
                          working_memory, backend, verbose):
     """:func:`gpumine.distributed.top_n_outliers` with ``method="solving_set"`` (see the module docstring)."""
-    from .._progress import Progress
+    from ..utils._progress import Progress
     from ..outliers._distance_based import (
         DistanceOutliers,
         check_candidates,

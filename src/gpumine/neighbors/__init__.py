@@ -1,6 +1,6 @@
 """Exact k-nearest-neighbour search, classification and regression (CUKNN)."""
 
-from .._lazy import lazy_exports
+from ..utils._lazy import lazy_exports
 from ._api import kneighbors, tune_knn
 from .engine import clear_search_graphs
 

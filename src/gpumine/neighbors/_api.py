@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import (all_finite, check_array, check_n_neighbors, non_finite_error, output_kind, result_device,
+from ..utils._validation import (all_finite, check_array, check_n_neighbors, non_finite_error, output_kind, result_device,
                            to_output)
 from ..config import resolve_device, working_memory_bytes
 from ..core.distance import check_precision, get_metric

@@ -36,7 +36,7 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import (HostScoreMixin, check_array, check_labels, check_n_features, check_n_neighbors,
+from ..utils._validation import (HostScoreMixin, check_array, check_labels, check_n_features, check_n_neighbors,
                            labels_to_output, output_kind, to_attribute, to_output)
 from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ..core.distance import METRICS, check_precision, get_metric, is_engine_metric

@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .._validation import check_array
+from ..utils._validation import check_array
 from ..config import resolve_device, working_memory_bytes
 from ..core.distance import get_metric, is_engine_metric
 from ._radius import radius_search

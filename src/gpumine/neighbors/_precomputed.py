@@ -36,7 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .._validation import check_array
+from ..utils._validation import check_array
 
 __all__ = [
     "check_precomputed",

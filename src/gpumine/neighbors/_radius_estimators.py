@@ -17,7 +17,7 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils._available_if import available_if
 from sklearn.utils.multiclass import check_classification_targets
 
-from .._validation import HostScoreMixin, check_labels, labels_to_output, to_output
+from ..utils._validation import HostScoreMixin, check_labels, labels_to_output, to_output
 from ._estimators import SklearnKNeighborsMixin, SklearnRadiusNeighborsMixin, _KNeighborsBase
 
 __all__ = ["RadiusNeighborsClassifier", "RadiusNeighborsRegressor", "KNeighborsTransformer"]

@@ -10,7 +10,7 @@
   Yu 2017).
 """
 
-from .._lazy import lazy_exports
+from ..utils._lazy import lazy_exports
 from ._distance_based import DistanceOutliers, top_n_outliers
 from ._lof import DuplicatesWarning
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .._validation import check_array, output_kind, to_output
+from ..utils._validation import check_array, output_kind, to_output
 from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ..core.select import topk_smallest
 from ..core.tiles import fits_on_device

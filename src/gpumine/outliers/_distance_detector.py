@@ -19,7 +19,7 @@ import torch
 from sklearn.base import BaseEstimator, OutlierMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import check_array, check_n_features, output_kind, to_attribute, to_output
+from ..utils._validation import check_array, check_n_features, output_kind, to_attribute, to_output
 from ..config import resolve_device, working_memory_bytes
 from ._distance_based import (
     check_candidates,

@@ -19,7 +19,7 @@ from sklearn.base import OutlierMixin
 from sklearn.utils._available_if import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import check_array, check_n_features, check_n_neighbors, output_kind, to_attribute, to_output
+from ..utils._validation import check_array, check_n_features, check_n_neighbors, output_kind, to_attribute, to_output
 from ..config import resolve_device, working_memory_bytes
 from ..core.distance import get_metric
 from ..neighbors.engine import choose_backend, knn_search

@@ -59,7 +59,7 @@ import time
 
 import torch
 
-from .._progress import Progress
+from ..utils._progress import Progress
 from ..core.select import sort_by_score_then_index, topk_smallest
 from ._weights import PairSpace
 

@@ -32,7 +32,7 @@ import math
 
 import torch
 
-from .._progress import Progress
+from ..utils._progress import Progress
 from ..neighbors.engine import knn_search
 from ._canonical_knn import canonical_knn, search_backend
 from ._solving_set import SolvingState, _merge_sorted_heaps

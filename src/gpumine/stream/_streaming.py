@@ -86,7 +86,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._validation import check_array, output_kind, to_output
+from ..utils._validation import check_array, output_kind, to_output
 from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ..core.distance import get_metric
 from ..neighbors.engine import choose_backend, knn_search

@@ -17,7 +17,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ..._device_state import HostPickleMixin
-from ..._validation import HostScoreMixin, device_array_to_tensor, is_device_array, labels_to_output, output_kind, to_output
+from ...utils._validation import HostScoreMixin, device_array_to_tensor, is_device_array, labels_to_output, output_kind, to_output
 from ...config import resolve_backend, resolve_device
 from .._ops import histogram_backend
 from ._encoding import _Columns, _FrameColumns, encode_labels

@@ -36,7 +36,7 @@ import math
 
 import torch
 
-from ..._progress import Progress
+from ...utils._progress import Progress
 from ...core.distance import Metric
 from ...core.select import PAD_INDEX
 from ...core.tiles import TilePlan, iter_row_chunks, plan_tiles, same_device, tile_bytes

@@ -128,7 +128,7 @@ def output_kind(X) -> OutputKind:
 
 
 def _output_type() -> str:
-    from .config import _settings
+    from ..config import _settings
 
     return _settings()["output_type"]
 
@@ -264,7 +264,7 @@ class HostScoreMixin:
     def score(self, X, y, sample_weight=None):
         """scikit-learn's score of ``predict(X)`` against ``y``: the mean accuracy for a classifier, R^2 for a
         regressor (``sample_weight`` weights the rows). ``X`` and ``y`` may be of any accepted kind."""
-        from .config import config_context
+        from ..config import config_context
 
         with config_context(output_type="numpy"):
             return super().score(X, _host(y), sample_weight=_host(sample_weight))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import time
 
-from .config import verbosity
+from ..config import verbosity
 
 
 class Progress:
