@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["topk_smallest", "sort_by_score_then_index", "topk_by_score_then_index", "merge_topk", "PAD_INDEX"]
+__all__ = ["topk_smallest", "sort_by_score_then_index", "topk_by_score_then_index", "merge_topk", "pad_topk", "PAD_INDEX"]
 
 PAD_INDEX = -1
 
@@ -120,7 +120,11 @@ def merge_topk(values_a, index_a, values_b, index_b, k: int):
     """
     values = torch.cat([values_a, values_b], dim=1)
     index = torch.cat([index_a, index_b], dim=1)
-    values, index = topk_by_score_then_index(values, index, k)
+    return pad_topk(*topk_by_score_then_index(values, index, k), k)
+
+
+def pad_topk(values: torch.Tensor, index: torch.Tensor, k: int):
+    """Lists of at most ``k`` entries per row, padded to ``k`` with ``(+inf, -1)``."""
     if values.shape[1] < k:
         pad = k - values.shape[1]
         values = torch.cat([values, values.new_full((values.shape[0], pad), float("inf"))], dim=1)

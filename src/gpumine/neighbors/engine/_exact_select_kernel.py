@@ -43,6 +43,7 @@ except ImportError:  # pragma: no cover - exercised on machines without triton
     tl = None
 
 from ...core.distance import EXACT_SUM_CHUNK
+from ...core.select import PAD_INDEX, pad_topk, topk_by_score_then_index
 
 __all__ = ["exact_select", "exact_select_torch", "exact_select_available", "EXACT_SELECT_METRICS", "EXACT_SELECT_MAX_K",
            "EXACT_SELECT_MAX_FEATURES"]
@@ -172,15 +173,6 @@ def _check(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str):
         raise ValueError(f"k must be between 1 and {EXACT_SELECT_MAX_K} for the exact selection kernel; got {k}")
 
 
-def _by_score_then_index(scores: torch.Tensor, index: torch.Tensor, k: int):
-    """The first ``k`` of each row by (score, index), padding (index -1, score +inf) last."""
-    index = torch.where(torch.isinf(scores) & (index < 0), torch.iinfo(torch.int64).max, index)
-    order = torch.argsort(index, dim=1, stable=True)
-    order = order.gather(1, torch.argsort(scores.gather(1, order), dim=1, stable=True))[:, :k]
-    index = index.gather(1, order)
-    return scores.gather(1, order), torch.where(index == torch.iinfo(torch.int64).max, -1, index)
-
-
 def exact_select_torch(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *, exclude_self: bool = False,
                        self_offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """The torch twin of :func:`exact_select` (same arguments, same result bit for bit)."""
@@ -194,18 +186,8 @@ def exact_select_torch(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: 
         inside = (rows >= 0) & (rows < R64.shape[0])
         scores[inside.nonzero().squeeze(1), rows[inside]] = float("inf")
     index = torch.arange(R64.shape[0], device=QT.device).expand(Q64.shape[0], -1)
-    index = torch.where(torch.isinf(scores), -1, index)  # masked and missing entries are padding
-    width = min(k, R64.shape[0])
-    scores, index = _by_score_then_index(scores, index, width)
-    return _padded(scores, index, k)
-
-
-def _padded(scores: torch.Tensor, index: torch.Tensor, k: int):
-    if scores.shape[1] == k:
-        return scores, index
-    pad = k - scores.shape[1]
-    return (torch.cat([scores, scores.new_full((scores.shape[0], pad), float("inf"))], 1),
-            torch.cat([index, index.new_full((index.shape[0], pad), -1)], 1))
+    index = torch.where(torch.isinf(scores), PAD_INDEX, index)  # masked and missing entries are padding
+    return pad_topk(*topk_by_score_then_index(scores, index, k), k)
 
 
 def default_splits(n_query: int, n_ref: int, block_m: int, block_n: int, device: torch.device) -> int:
@@ -267,7 +249,7 @@ def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *
     d, n_query = QT.shape
     n_ref = RT.shape[1]
     if n_query == 0 or n_ref == 0:
-        return _padded(QT.new_empty((n_query, 0), dtype=torch.float64), QT.new_empty((n_query, 0), dtype=torch.int64), k)
+        return pad_topk(QT.new_empty((n_query, 0), dtype=torch.float64), QT.new_empty((n_query, 0), dtype=torch.int64), k)
     QT = QT if QT.stride(1) == 1 else QT.contiguous()
     RT = RT if RT.stride(1) == 1 else RT.contiguous()
     C = max(2, 1 << (min(k, n_ref) - 1).bit_length())
@@ -298,6 +280,6 @@ def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *
     )
     index = index.to(torch.int64)
     unused = index < 0  # placeholders: +inf of a list not yet full, -inf of the slots past k
-    index = torch.where(unused, -1, index)
+    index = torch.where(unused, PAD_INDEX, index)
     scores = torch.where(unused, float("inf"), scores)
-    return _padded(*_by_score_then_index(scores, index, min(k, scores.shape[1])), k)
+    return pad_topk(*topk_by_score_then_index(scores, index, k), k)
