@@ -65,12 +65,11 @@ def local_cluster(n_workers: int | None = None, *, gpus: bool | None = None, **k
         cores = str(max(1, (os.cpu_count() or 1) // len(chosen)))
         workers = {f"gpu-{d}": {"cls": distributed.Nanny,
                                 "options": {"nthreads": 1, "memory_limit": MEMORY_LIMIT // len(chosen),
-                                            "env": {"CUDA_VISIBLE_DEVICES": d, "OMP_NUM_THREADS": cores,
-                                                    "MKL_NUM_THREADS": cores}}}
+                                            "env": {"CUDA_VISIBLE_DEVICES": d}}}
                    for d in chosen}
         scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": kwargs.pop("dashboard_address", None)}}
-        # thread counts must be in the environment before a worker process starts (torch reads
-        # them at import); Dask's own pre-spawn default is one thread
+        # thread counts go in before a worker process starts (torch reads them at import; set in
+        # a Nanny's env they come too late); Dask's own pre-spawn default is one thread
         import dask
 
         spawn_env = {f"distributed.nanny.pre-spawn-environ.{name}": cores for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
