@@ -30,3 +30,14 @@ def shared_file(relative):
     if root is None or not (root / relative).exists():
         pytest.skip(f"shared data file {relative} not found (looked for shared/data beside the checkout and $GPUMINE_DATA_DIR)")
     return root / relative
+
+
+def run_thorough_profile(test_file):
+    """Run a property-test file's non-slow tests under the "thorough" hypothesis profile in a child pytest."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, GPUMINE_HYPOTHESIS="thorough")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file), "-m", "not slow"],
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-4000:]

@@ -166,10 +166,6 @@ def test_too_many_neighbours_or_wrong_features_are_refused(problem, extra):
 
 @pytest.mark.slow
 def test_thorough_profile_runs_ten_thousand_cases_per_property():
-    import subprocess
-    import sys
+    from helpers import run_thorough_profile
 
-    env = dict(os.environ, GPUMINE_HYPOTHESIS="thorough")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-m", "not slow"],
-                          env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-4000:]
+    run_thorough_profile(__file__)
