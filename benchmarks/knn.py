@@ -183,7 +183,7 @@ def _seed(*parts) -> int:
 
 
 def _uniform(n: int, d: int, role: str) -> np.ndarray:
-    """Seeded uniform points in [0, 1)^d (the same draw as ``gpumine.data.make_uniform``)."""
+    """Seeded uniform points in [0, 1)^d (the same draw as ``gpumine.datasets.make_uniform``)."""
     return np.random.default_rng(_seed(role, n, d)).random((n, d), dtype=np.float32)
 
 
@@ -494,7 +494,7 @@ class KnnBench:
             n_ref = _QUICK_N if self.args.quick else _PHYSICS_REFS
             n_q = 384 if self.args.quick else _PHYSICS_MAX_QUERIES
             if self.args.physics:
-                from gpumine.data import load_physics
+                from gpumine.datasets import load_physics
 
                 X, _ = load_physics(self.args.physics)
                 if X.shape[0] < n_ref + n_q:

@@ -23,7 +23,7 @@ if not __package__:  # run as a script (python benchmarks/knn_small_profile.py):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import benchmarks  # noqa: E402,F401  (gpumine from src/ when it is not installed)
 
-from gpumine.data import atomic_open  # noqa: E402
+from gpumine.io import atomic_open  # noqa: E402
 from gpumine.neighbors import kneighbors  # noqa: E402
 from gpumine.neighbors.engine import _graphs  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Make the small real-data samples shipped in ``src/gpumine/data/samples/``.
+"""Make the small real-data samples shipped in ``src/gpumine/datasets/samples/``.
 
 Reproducible: a fixed seed, rows copied byte for byte from the source, and a
 gzip header without a timestamp, so running it again gives identical bytes.
@@ -25,11 +25,12 @@ if not __package__:  # run as a script (python benchmarks/make_samples.py): the 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import benchmarks  # noqa: E402,F401  (gpumine from src/ when it is not installed)
 
-from gpumine.data import atomic_open, find_data_dir  # noqa: E402
+from gpumine.datasets import find_data_dir  # noqa: E402
+from gpumine.io import atomic_open  # noqa: E402
 
 SEED = 20_240_601
 COVTYPE_SAMPLE_ROWS = 6_000
-SAMPLES = Path(__file__).resolve().parents[1] / "src" / "gpumine" / "data" / "samples"
+SAMPLES = Path(__file__).resolve().parents[1] / "src" / "gpumine" / "datasets" / "samples"
 COVTYPE_SOURCE = "covertype/covtype.ramp16pct.reconstructed.data.gz"
 
 

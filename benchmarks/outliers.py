@@ -27,7 +27,7 @@ Data sets (``--datasets``):
   (286,048 rows: every row of classes 2 and 4) from ``<data-dir>/adbench/``, else smaller samples;
   the output says which was used;
 * ``poker``   1,000,000 random hands x 10 attributes (the UCI Poker test set is 1M uniformly
-  random hands; :func:`gpumine.data.make_poker_hands` reproduces it, seeded);
+  random hands; :func:`gpumine.datasets.make_poker_hands` reproduces it, seeded);
 * ``scaling`` G2d at several sizes, k = 50 (time vs n and the fraction of distances computed).
 
 Every row records the seconds (median of ``--repeats`` after a warm-up on the device), and for
@@ -89,7 +89,7 @@ _QUICK_SCALING = (2_000, 4_000)
 # data
 # ---------------------------------------------------------------------------------------------
 def _covtype(data_dir: Path | None, covtype_path: Path | None, quick: bool):
-    from gpumine.data import load_adbench, load_covtype, load_covtype_sample
+    from gpumine.datasets import load_adbench, load_covtype, load_covtype_sample
 
     candidates = []
     if covtype_path is not None:
@@ -116,7 +116,7 @@ def _covtype(data_dir: Path | None, covtype_path: Path | None, quick: bool):
 def load_dataset(name: str, *, quick: bool = False, data_dir: Path | None = None, covtype: Path | None = None,
                  n: int | None = None):
     """``(X float32, description)`` for a benchmark data set (``n`` overrides the size of g2d/g3d/poker)."""
-    from gpumine.data import make_gaussian_blobs, make_poker_hands
+    from gpumine.datasets import make_gaussian_blobs, make_poker_hands
 
     sizes = _QUICK_SIZES if quick else _FULL_SIZES
     if name == "g2d":
@@ -820,7 +820,7 @@ def main(argv=None, prog: str | None = None) -> int:
         print(text)
         return 0
     from gpumine.config import resolve_device
-    from gpumine.data import find_data_dir
+    from gpumine.datasets import find_data_dir
 
     try:
         device = resolve_device(args.device)

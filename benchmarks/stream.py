@@ -227,7 +227,7 @@ def experiment_cli(bench: _Bench) -> None:
 
 # -- quality -------------------------------------------------------------------------------------------
 def _load_stream(name: str, data_dir, n_max: int | None):
-    from gpumine.data import load_adbench, make_gaussian_blobs  # noqa: F401
+    from gpumine.datasets import load_adbench, make_gaussian_blobs  # noqa: F401
     from gpumine.stream import make_drifting_stream
 
     if name == "drift":

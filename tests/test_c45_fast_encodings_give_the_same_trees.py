@@ -21,7 +21,7 @@ from gpumine.counting.tree import C45Classifier, _encoding, _pruning_whole, _spl
 from gpumine.counting.tree._encoding import _Columns
 from gpumine.counting.tree._split_search import _LnfTable
 from gpumine.counting._ops import level_offsets
-from gpumine.data import make_poker_hands
+from gpumine.datasets import make_poker_hands
 from test_c45_vectorised_raising_equals_the_j48_recursion import _assert_same
 
 

@@ -192,7 +192,7 @@ def test_the_random_datasets_exercise_raising_with_and_without_missing_values():
 
 
 def test_poker_hands_equal_the_recursion():
-    from gpumine.data import make_poker_hands
+    from gpumine.datasets import make_poker_hands
 
     X, y = make_poker_hands(3000, seed=1)
     _assert_same(_fit(X, y, None, {}), _fit(X, y, None, {}, reference=True), X)

@@ -14,7 +14,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from gpumine.counting.tree import C45Classifier, _encoding, _growth
-from gpumine.data import make_poker_hands
+from gpumine.datasets import make_poker_hands
 from test_c45_vectorised_raising_equals_the_j48_recursion import _assert_same, _fit
 
 

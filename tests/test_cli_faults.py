@@ -85,7 +85,7 @@ def test_output_through_a_symlink_replaces_its_target_and_keeps_the_link(files, 
 
 
 def test_output_to_a_device_node_is_written_through():
-    from gpumine.data import atomic_open
+    from gpumine.io import atomic_open
 
     with atomic_open("/dev/null") as fh:
         fh.write("discarded\n")

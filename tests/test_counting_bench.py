@@ -50,7 +50,7 @@ def test_an_unreached_itemset_target_is_reported(bench, capsys):
 
 def test_c45_phases_split_one_fit_and_leave_the_tree_unchanged(bench):
     from gpumine.counting import C45Classifier
-    from gpumine.data import make_poker_hands
+    from gpumine.datasets import make_poker_hands
 
     X, y = make_poker_hands(3000, seed=2)
     model = C45Classifier(device="cpu")

@@ -34,7 +34,8 @@ API_PAGES = {
     "gpumine.stream": "stream.rst",
     "gpumine.counting": "counting.rst",
     "gpumine.distributed": "distributed.rst",
-    "gpumine.data": "data.rst",
+    "gpumine.io": "io.rst",
+    "gpumine.datasets": "datasets.rst",
 }
 
 # runs each example as __main__ with --device cpu; one JSON line per example on stdout

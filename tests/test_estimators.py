@@ -1,7 +1,5 @@
 """Estimators: scikit-learn's estimator checks, and predictions equal to scikit-learn's."""
 
-import warnings
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,7 +7,7 @@ import sklearn.neighbors as skn
 import torch
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from gpumine.data import load_covtype, load_covtype_sample
+from gpumine.datasets import load_covtype, load_covtype_sample
 from gpumine.neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
 from helpers import shared_file
 

@@ -1,10 +1,12 @@
 """The architecture's layers, checked on every import statement of the package (function-level ones too).
 
 core (algorithm-free primitives and kernels) <- neighbors <- outliers <- stream; counting stands
-alone beside them; data (readers, writers, datasets) knows no kernels and no algorithm; the command
-line modules sit on top and no library module imports them. utils (validation, the atomic writer,
-lazy exports, progress) sits below every one of them and imports none of them. The benchmark suites (``benchmarks/``
-at the repository root) are not part of the package, and nothing in it imports them.
+alone beside them; io (readers, writers) and datasets (loaders, downloads, generators; they read
+through io) know no kernels, no algorithm and no Triton, and gpumine.data is only their
+compatibility alias; the command line (the gpumine.cli package and each package's ``_cli`` module)
+sits on top and no library module imports it. utils (validation, the atomic writer, lazy exports,
+progress) sits below every one of them and imports none of them. The benchmark suites
+(``benchmarks/`` at the repository root) are not part of the package, and nothing in it imports them.
 """
 
 import ast
@@ -43,41 +45,63 @@ def _imports(path: Path):
                 yield f"{target}.{alias.name}"
 
 
-def _is_cli(module: str) -> bool:
-    last = module.rsplit(".", 1)[-1]
-    return module in ("gpumine.cli", "gpumine.__main__") or last in ("_cli", "_cli_args", "_cli_errors") or \
-        last.endswith("_cli") or module.endswith(".__main__")
-
-
-MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-EDGES = {name: {imp for imp in _imports(path) if imp.startswith("gpumine")} for name, path in MODULES.items()}
-
-
 def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
+def _is_cli(module: str) -> bool:
+    last = module.rsplit(".", 1)[-1]
+    return _within(module, "gpumine.cli") or module == "gpumine.__main__" or last.endswith("_cli") or \
+        module.endswith(".__main__")
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+# every import, third-party ones too (the Triton rule needs them)
+ALL_IMPORTS = {name: set(_imports(path)) for name, path in MODULES.items()}
+EDGES = {name: {imp for imp in imports if imp.startswith("gpumine")} for name, imports in ALL_IMPORTS.items()}
+
+# the kernels and the algorithms: what the file-handling packages never import
+_KERNELS = ["gpumine.core", "gpumine.neighbors", "gpumine.counting", "gpumine.outliers", "gpumine.stream",
+            "gpumine.distributed", "triton"]
+_CLI = ["gpumine.cli", "gpumine.__main__"]
+
+
 # (who, must not import, why)
 CONTRACTS = [
-    ("gpumine.core", ["gpumine.neighbors", "gpumine.outliers", "gpumine.stream", "gpumine.counting", "gpumine.data"],
-     "core holds algorithm-free primitives"),
+    ("gpumine.core", ["gpumine.neighbors", "gpumine.outliers", "gpumine.stream", "gpumine.counting", "gpumine.data",
+                      "gpumine.io", "gpumine.datasets"], "core holds algorithm-free primitives"),
     ("gpumine.counting", ["gpumine.neighbors", "gpumine.outliers", "gpumine.stream"], "counting does not use kNN"),
     ("gpumine.neighbors", ["gpumine.outliers", "gpumine.stream", "gpumine.counting"],
      "the kNN engine knows no algorithm built on it"),
     ("gpumine.outliers", ["gpumine.stream", "gpumine.counting"], "outliers sit below streams"),
-    ("gpumine.data", ["gpumine.counting", "gpumine.neighbors", "gpumine.outliers",
-                      "gpumine.stream"], "io knows no kernels and no algorithm"),
-    ("gpumine.utils", ["gpumine.core", "gpumine.data", "gpumine.neighbors", "gpumine.outliers", "gpumine.counting",
-                       "gpumine.stream", "gpumine.distributed", "gpumine.cli", "gpumine.__main__", "gpumine._cli_args",
-                       "gpumine._cli_errors"], "utils is infrastructure below every domain package and the command line"),
+    ("gpumine.io", _KERNELS + _CLI + ["gpumine.datasets", "gpumine.data"],
+     "io reads and writes files: no kernel, no algorithm, no Triton, and below the data sets"),
+    ("gpumine.datasets", _KERNELS + _CLI + ["gpumine.data"],
+     "datasets loads, downloads and makes data (reading through io): no kernel, no algorithm, no Triton"),
+    ("gpumine.data", _KERNELS + _CLI, "gpumine.data only re-exports gpumine.io and gpumine.datasets"),
+    ("gpumine.utils", ["gpumine.core", "gpumine.data", "gpumine.io", "gpumine.datasets", "gpumine.neighbors",
+                       "gpumine.outliers", "gpumine.counting", "gpumine.stream", "gpumine.distributed"] + _CLI,
+     "utils is infrastructure below every domain package and the command line"),
 ]
+
+
+def _broken(edges, who, forbidden):
+    return sorted(f"{module} imports {imp}" for module, imports in edges.items() if _within(module, who)
+                  and not _is_cli(module) for imp in imports if any(_within(imp, f) for f in forbidden))
 
 
 @pytest.mark.parametrize("who,forbidden,why", CONTRACTS, ids=[c[0] for c in CONTRACTS])
 def test_layers(who, forbidden, why):
-    broken = sorted(f"{module} imports {imp}" for module, imports in EDGES.items() if _within(module, who)
-                    and not _is_cli(module) for imp in imports if any(_within(imp, f) for f in forbidden))
+    broken = _broken(ALL_IMPORTS, who, forbidden)
     assert not broken, f"{why}: " + "; ".join(broken)
+
+
+def test_gpumine_data_is_only_the_alias_of_io_and_datasets():
+    data = {name for name in MODULES if _within(name, "gpumine.data")}
+    assert data == {"gpumine.data"}, f"new code goes to gpumine.io or gpumine.datasets, not {sorted(data)}"
+    elsewhere = sorted(imp for imp in EDGES["gpumine.data"]
+                       if not (_within(imp, "gpumine.io") or _within(imp, "gpumine.datasets")))
+    assert EDGES["gpumine.data"] and not elsewhere, elsewhere
 
 
 def test_the_knn_engine_is_entered_through_its_package_only():
@@ -131,3 +155,16 @@ def test_the_contract_checker_sees_violations():
     utils = {"gpumine.utils._validation", "gpumine.utils._atomic", "gpumine.utils._lazy", "gpumine.utils._progress"}
     assert utils <= set(MODULES)
     assert any(_within(i, "gpumine.utils") for i in EDGES["gpumine.neighbors._api"])
+    # the command line is a package, and its modules count as command line
+    assert _is_cli("gpumine.cli") and _is_cli("gpumine.cli._args") and _is_cli("gpumine.cli._errors")
+    assert not _is_cli("gpumine.io._readers") and not _is_cli("gpumine.datasets._datasets")
+    # the io and datasets contracts have modules to check, and a made-up kernel, Triton or CLI import is caught
+    for package in ("gpumine.io", "gpumine.datasets"):
+        forbidden = next(f for who, f, _ in CONTRACTS if who == package)
+        modules = [m for m in MODULES if _within(m, package) and m != package]
+        assert modules, package
+        for made_up in ("gpumine.core.select", "gpumine.neighbors.engine", "triton.language", "gpumine.cli._args"):
+            assert _broken({modules[0]: {made_up}}, package, forbidden) == [f"{modules[0]} imports {made_up}"]
+    assert _broken({"gpumine.utils._atomic": {"gpumine.io"}}, "gpumine.utils",
+                   next(f for who, f, _ in CONTRACTS if who == "gpumine.utils"))
+    assert any(_within(i, "gpumine.io") for i in EDGES["gpumine.datasets._datasets"])

@@ -10,7 +10,7 @@ from sklearn.neighbors import LocalOutlierFactor as SkLOF
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from gpumine.core.distance import get_metric
-from gpumine.data import load_covtype_sample
+from gpumine.datasets import load_covtype_sample
 from gpumine.outliers._lof import (
     DuplicatesWarning,
     k_distances,

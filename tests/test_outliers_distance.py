@@ -404,7 +404,7 @@ def test_explicit_cuda_without_gpu_raises():
 
 # -- real data ---------------------------------------------------------------------------------------------
 def _adbench(name):
-    from gpumine.data import load_adbench
+    from gpumine.datasets import load_adbench
 
     path = shared_file(f"adbench/{name}.npz")
     X, y = load_adbench(name, path=path)

@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from gpumine.counting import association_rules, frequent_itemsets
-    from gpumine.data import load_covtype_sample
+    from gpumine.datasets import load_covtype_sample
 
     X, y = load_covtype_sample(n_features=54)
     onehot = transactions(X, y)

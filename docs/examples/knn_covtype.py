@@ -34,7 +34,7 @@ def main(argv=None) -> int:
 
     from sklearn.neighbors import KNeighborsClassifier as SklearnKNN
 
-    from gpumine.data import load_covtype_sample
+    from gpumine.datasets import load_covtype_sample
     from gpumine.neighbors import KNeighborsClassifier, kneighbors
 
     X, y = load_covtype_sample(n_features=10)  # float32 (6000, 10), classes 1-7

@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     from sklearn.naive_bayes import CategoricalNB as SklearnNB
 
     from gpumine.counting import C45Classifier, CategoricalNB
-    from gpumine.data import load_covtype_sample
+    from gpumine.datasets import load_covtype_sample
 
     X, y = load_covtype_sample(n_features=54)
     table = nominal_table(X)

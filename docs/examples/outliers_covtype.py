@@ -25,7 +25,7 @@ def main(argv=None) -> int:
 
     from sklearn.neighbors import LocalOutlierFactor as SklearnLOF
 
-    from gpumine.data import load_covtype_sample
+    from gpumine.datasets import load_covtype_sample
     from gpumine.outliers import LocalOutlierFactor, top_n_outliers
 
     X, _ = load_covtype_sample(n_features=10)

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from .._cli_args import add_cluster_options, add_deprecated_alias, add_device_options, add_table_options
+from ..cli._args import add_cluster_options, add_deprecated_alias, add_device_options, add_table_options
 
 __all__ = ["register"]
 
@@ -24,7 +24,7 @@ class _UsageError(Exception):
 
 
 def _atomic_write_text(path: str, text: str) -> None:
-    from ..data import atomic_open  # the one writer: complete files only, ordinary permissions
+    from ..io import atomic_open  # the one writer: complete files only, ordinary permissions
 
     with atomic_open(path, "w", newline="") as fh:
         fh.write(text)
@@ -164,7 +164,7 @@ def _guard(fn):
 
 def _check_outputs(*paths) -> None:
     """Output paths checked before the work (folder, permission, CSV suffix)."""
-    from ..data import check_output_path
+    from ..io import check_output_path
 
     for path in paths:
         if path:

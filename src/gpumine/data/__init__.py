@@ -1,29 +1,43 @@
-"""Data in and out: readers, writers, real data sets, synthetic generators.
+"""Kept for compatibility: the names ``gpumine.data`` exported before it was split.
 
-Readers return NumPy arrays (never tensors); writers replace their target
-atomically; loaders find the shared real-data folder or take a path to the
-publisher's file; generators are seeded.
+Readers and writers now live in :mod:`gpumine.io`; real data sets, downloads
+and synthetic generators in :mod:`gpumine.datasets`. Every name below is the
+same object as there, so code that imports it from here keeps working; new
+code imports from the new homes.
 """
 
-from ..utils._atomic import atomic_open
-from ._datasets import (
+from ..datasets import (
     COVTYPE_URL,
     KDD_FEATURE_NAMES,
     KDD_FLAGS,
     KDD_PROTOCOL_TYPES,
     KDD_SERVICES,
+    fetch_file,
+    find_data_dir,
+    get_data_home,
     load_adbench,
     load_covtype,
     load_covtype_sample,
     load_kddcup99,
     load_physics,
     load_poker_hand,
+    make_gaussian_blobs,
+    make_poker_hands,
+    make_uniform,
+    poker_hand_labels,
+    sha256_of,
 )
-from ._download import fetch_file, sha256_of
-from ._paths import find_data_dir, get_data_home
-from ._readers import read_csv, read_npy, read_npz, read_parquet, read_table
-from ._synthetic import make_gaussian_blobs, make_poker_hands, make_uniform, poker_hand_labels
-from ._writers import check_output_path, write_array, write_result
+from ..io import (
+    atomic_open,
+    check_output_path,
+    read_csv,
+    read_npy,
+    read_npz,
+    read_parquet,
+    read_table,
+    write_array,
+    write_result,
+)
 
 __all__ = [
     "check_output_path",

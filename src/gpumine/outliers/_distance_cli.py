@@ -23,8 +23,8 @@ import time
 
 import numpy as np
 
-from .._cli_args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, positive_int, read_features
-from .._cli_args import label_column as parse_label_column
+from ..cli._args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, positive_int, read_features
+from ..cli._args import label_column as parse_label_column
 
 __all__ = ["register"]
 
@@ -93,7 +93,7 @@ def _on_dask(args, X, common):
 
 def run_outliers(args) -> int:
     """Handler of ``gpumine outliers``."""
-    from ..data import check_output_path, write_result
+    from ..io import check_output_path, write_result
     from ._distance_based import top_n_outliers
 
     if args.output:  # before the work: a run is not lost to a bad output path

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from .._cli_args import add_deprecated_alias, add_device_options, add_dtype_option, add_table_options, read_features
-from .._cli_args import label_column as parse_label_column
+from ..cli._args import add_deprecated_alias, add_device_options, add_dtype_option, add_table_options, read_features
+from ..cli._args import label_column as parse_label_column
 
 __all__ = ["register", "run"]
 
@@ -64,7 +64,7 @@ def run(args) -> int:
     """Handler of ``gpumine lof``."""
     import warnings
 
-    from ..data import check_output_path, write_result
+    from ..io import check_output_path, write_result
     from ._lof import DuplicatesWarning
     from ._lof_estimator import LocalOutlierFactor
 

@@ -33,8 +33,8 @@ import threading
 import time
 from pathlib import Path
 
-from .._cli_args import add_device_options, positive_int
-from .._cli_errors import EXPECTED_ERRORS, explain
+from ..cli._args import add_device_options, positive_int
+from ..cli._errors import EXPECTED_ERRORS, explain
 
 # NumPy and torch are imported where a run needs them, so that --help and usage errors
 # answer without loading them.

@@ -466,7 +466,7 @@ class _WindowedLOF(abc.ABC):
         output (``gpumine stream`` resumes exactly once from it); kept in the
         file and restored as ``stream_progress_``.
         """
-        from ..data import atomic_open
+        from ..io import atomic_open
 
         path = Path(os.fspath(path))
         meta = {

@@ -4,7 +4,7 @@ The data go to a temporary file in the destination folder, renamed over the
 destination with :func:`os.replace` once flushed to disk: a crash or an
 exception mid-write leaves the previous file (or no file) in place, never a
 truncated one. Same folder, because a rename is atomic only within one file
-system. :mod:`gpumine.data` exports it as ``gpumine.data.atomic_open``.
+system. :mod:`gpumine.io` exports it as ``gpumine.io.atomic_open``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each loader takes ``path=`` to the publisher's file, so the full originals
 work; without a path it looks in the shared data folder (see
-:func:`gpumine.data.find_data_dir`), and raises ``FileNotFoundError`` naming
+:func:`gpumine.datasets.find_data_dir`), and raises ``FileNotFoundError`` naming
 what it looked for when the file is not there.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from ._download import fetch_file
 from ._paths import find_data_dir
-from ._readers import WHITESPACE, _read_delimited, read_npz
+from ..io._readers import WHITESPACE, _read_delimited, read_npz
 
 __all__ = [
     "load_covtype",
@@ -131,7 +131,7 @@ def load_covtype(
         the download is checked by content: it must parse as 581,012 rows of
         55 columns with cover types 1-7.
     data_home : str or path-like, optional
-        Download cache folder (see :func:`gpumine.data.fetch_file`).
+        Download cache folder (see :func:`gpumine.datasets.fetch_file`).
     n_features : int, default 54
         Keep the first ``n_features`` columns; 10 gives the quantitative
         attributes that distance-based methods (and the seed papers) use.
@@ -182,7 +182,7 @@ def load_covtype_sample(n_features: int = 10, *, dtype=np.float32):
     6,000 rows drawn, stratified by class and seeded, from the shared 16 %
     Covertype sample; ``benchmarks/make_samples.py`` made it. The format is
     UCI's ``covtype.data`` (see :func:`load_covtype`); the citation is in
-    ``gpumine/data/samples/README.md``.
+    ``gpumine/datasets/samples/README.md``.
 
     Parameters
     ----------
@@ -204,7 +204,7 @@ def load_covtype_sample(n_features: int = 10, *, dtype=np.float32):
     ((6000, 10), dtype('float32'), [1, 2, 3, 4, 5, 6, 7])
     """
     n_features = _check_n_features(n_features, _COVTYPE_FEATURES)
-    resource = resources.files("gpumine.data").joinpath("samples", "covtype_sample.csv.gz")
+    resource = resources.files("gpumine.datasets").joinpath("samples", "covtype_sample.csv.gz")
     with resources.as_file(resource) as path:
         X, y = _read_delimited(
             path,
@@ -285,7 +285,7 @@ def load_poker_hand(path=None, subset: str = "train", *, dtype=np.float32):
         Which shared file to load when ``path`` is None: the 25,010-row
         training set, or the first 99,999 rows of the test set (a *derived*
         file). For a test set of a million hands with the same distribution,
-        see :func:`gpumine.data.make_poker_hands`.
+        see :func:`gpumine.datasets.make_poker_hands`.
     dtype : NumPy dtype, default float32
         Dtype of ``X``; integer dtypes work too (every attribute is integral).
 

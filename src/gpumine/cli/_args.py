@@ -97,7 +97,7 @@ def read_features(path, *, label_column=None, header: str = "auto", delimiter=No
     """
     import numpy as np
 
-    from .data import read_table
+    from ..io import read_table
 
     kwargs = {} if label_column is None else {"label_column": label_column}
     name = str(path).lower()

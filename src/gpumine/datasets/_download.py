@@ -58,7 +58,7 @@ def fetch_file(
         Expected hex SHA-256 of the file. Required as a keyword so that
         skipping the check (``sha256=None``) is a visible decision; callers
         that skip it should check the content some other way (see
-        :func:`gpumine.data.load_covtype`).
+        :func:`gpumine.datasets.load_covtype`).
     data_home : str or path-like, optional
         Cache folder; default ``$GPUMINE_HOME`` or ``~/.cache/gpumine``.
     filename : str, optional

@@ -3,6 +3,12 @@
 Exit codes: 0 success; 2 bad usage or bad input, with a one-line reason on stderr.
 Result files are written to a temporary name and renamed, so a failed run never
 leaves a partial file.
+
+The package: this module builds the parser and runs ``knn``, ``info`` and ``demo``;
+``gpumine.cli._args`` is the one option set every subcommand shares (device,
+table reading, cluster) and ``gpumine.cli._errors`` the one-line error reasons.
+The other subcommands register from their own package's ``_cli`` module. No
+library module imports this package.
 """
 
 from __future__ import annotations
@@ -14,9 +20,9 @@ import platform
 import sys
 import time
 
-from ._cli_args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, read_features
-from ._cli_errors import EXPECTED_ERRORS, explain
-from ._cli_args import label_column as parse_label_column
+from ._args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, read_features
+from ._errors import EXPECTED_ERRORS, explain
+from ._args import label_column as parse_label_column
 
 __all__ = ["main", "build_parser"]
 
@@ -72,8 +78,8 @@ def _read(args, path, label_column):
 def _run_knn(args) -> int:
     import numpy as np
 
-    from .data import check_output_path, write_result
-    from .neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
+    from ..io import check_output_path, write_result
+    from ..neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
 
     if args.output:  # before the work: a run is not lost to a bad output path
         check_output_path(args.output)
@@ -131,7 +137,7 @@ def _run_knn(args) -> int:
         if X_query is None:
             raise UsageError(f"--task {task} needs a QUERY file to predict")
         if args.radius is not None:
-            from .neighbors import RadiusNeighborsClassifier, RadiusNeighborsRegressor
+            from ..neighbors import RadiusNeighborsClassifier, RadiusNeighborsRegressor
 
             radius_common = {key: value for key, value in common.items() if key not in ("n_neighbors", "precision")}
             cls = RadiusNeighborsClassifier if task == "classify" else RadiusNeighborsRegressor
@@ -179,7 +185,7 @@ def _dask_client(args, stack):
     if radius is not None or tune or precision not in (None, "exact"):
         raise UsageError(f"{flag} runs the k-nearest search only (no --radius, --tune or --precision)")
     if args.workers is not None:
-        from .distributed import local_cluster
+        from ..distributed import local_cluster
 
         return stack.enter_context(Client(stack.enter_context(local_cluster(args.workers))))
     return stack.enter_context(Client(args.scheduler))
@@ -196,7 +202,7 @@ def _distributed_knn(args, X_train, X_query, common):
     import contextlib
     import types
 
-    from .distributed import NearestNeighbors as DaskNearestNeighbors
+    from ..distributed import NearestNeighbors as DaskNearestNeighbors
 
     with contextlib.ExitStack() as stack:
         client = _dask_client(args, stack)
@@ -213,8 +219,8 @@ def _distributed_predict(args, task, X_train, y_train, X_query, common):
     import contextlib
     import types
 
-    from .distributed import KNeighborsClassifier as DaskClassifier
-    from .distributed import KNeighborsRegressor as DaskRegressor
+    from ..distributed import KNeighborsClassifier as DaskClassifier
+    from ..distributed import KNeighborsRegressor as DaskRegressor
 
     with contextlib.ExitStack() as stack:
         client = _dask_client(args, stack)
@@ -227,8 +233,8 @@ def _distributed_predict(args, task, X_train, y_train, X_query, common):
 def _tune_knn(args, X_train, X_query) -> None:
     import numpy as np
 
-    from .config import resolve_device, triton_available
-    from .neighbors import tune_knn
+    from ..config import resolve_device, triton_available
+    from ..neighbors import tune_knn
 
     device = resolve_device(args.device)
     if not triton_available(device):
@@ -281,8 +287,8 @@ def _version(module: str) -> str:
 def _run_info(args) -> int:
     import torch
 
-    from . import __version__
-    from .config import get_config, resolve_backend, resolve_device
+    from .. import __version__
+    from ..config import get_config, resolve_backend, resolve_device
 
     print(f"gpumine {__version__}")
     print(f"python {platform.python_version()} on {platform.system()} {platform.machine()}")
@@ -311,8 +317,8 @@ def _run_demo(args) -> int:
     import torch
     from sklearn.neighbors import KNeighborsClassifier as SkKNN
 
-    from .data import load_covtype_sample
-    from .neighbors import KNeighborsClassifier
+    from ..datasets import load_covtype_sample
+    from ..neighbors import KNeighborsClassifier
 
     X, y = load_covtype_sample(n_features=10)
     X = (X - X.mean(0)) / X.std(0)
@@ -447,7 +453,7 @@ def console_main() -> None:
     argv = sys.argv[1:]
     code = main(argv)
     if argv[:1] == ["stream"]:
-        from .stream._cli import exit_after_flush
+        from ..stream._cli import exit_after_flush
 
         exit_after_flush(code)
     sys.exit(code)
