@@ -142,3 +142,37 @@ def test_gpu_exact_scan_of_equidistant_integer_points(monkeypatch, d):
                                        budget_bytes=1 << 26, result_device=CPU, backend=backend, as_distance=True, stats=stats)
         _, ref_i, _ = brute_force_knn(X, X, 20, exclude_self=True)
         np.testing.assert_array_equal(idx.numpy(), ref_i)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("high, d", [(3, 4), (5, 6), (2, 12), (1000, 2)])
+def test_row_hashes_count_the_distinct_rows_of_integer_grids(dtype, high, d):
+    from gpumine.neighbors.engine._duplicates import distinct_hashes
+
+    X = torch.from_numpy(np.random.default_rng(high).integers(0, high, (20_000, d)).astype(dtype))
+    assert distinct_hashes(X) == torch.unique(X, dim=0).shape[0]
+
+
+def test_row_hashes_take_signed_zeros_as_equal():
+    from gpumine.neighbors.engine._duplicates import distinct_hashes
+
+    X = torch.tensor([[0.0, 1.0], [-0.0, 1.0], [0.0, -0.0]])
+    assert distinct_hashes(X) == torch.unique(X, dim=0).shape[0] == 2
+
+
+def test_mostly_distinct_rows_are_not_sorted_when_their_hashes_say_so(monkeypatch):
+    from gpumine.neighbors.engine import _duplicates
+
+    X = torch.from_numpy(np.random.default_rng(3).random((5_000, 4)).astype(np.float32))
+    X[:100] = X[100]  # a few copies: well under the fraction that pays
+    monkeypatch.setattr(_duplicates, "DEDUP_HASH_FROM_ROWS", 1_000)
+
+    def no_sort(self, X):
+        raise AssertionError("the rows were sorted")
+
+    monkeypatch.setattr(_duplicates.UniqueRows, "__init__", no_sort)
+    assert _duplicates.UniqueRows.find(X) is None
+    monkeypatch.undo()
+    monkeypatch.setattr(_duplicates, "DEDUP_HASH_FROM_ROWS", 1_000)
+    X[: 4_000] = X[0]  # mostly copies: found
+    assert _duplicates.UniqueRows.find(X).rows.shape[0] == torch.unique(X, dim=0).shape[0]

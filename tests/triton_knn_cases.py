@@ -616,3 +616,54 @@ def test_wide_offsets_give_the_same_candidates(prepared, monkeypatch):
     monkeypatch.setattr(fused, "WIDE_OFFSETS_FROM", 0)
     wide = fused_candidates(Q, X, 8, metric_name="euclidean", prepared=prepared, exclude_self=True, splits=2, **BLOCKS)
     assert torch.equal(narrow[0], wide[0]) and torch.equal(narrow[1], wide[1])
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_split_operands_written_in_row_chunks_equal_one_chunk(with_bias, monkeypatch):
+    from gpumine.neighbors.engine import _fused_kernel
+
+    rng = np.random.default_rng(31)
+    Q = torch.from_numpy(rng.standard_normal((23, 5)).astype(np.float32)).to(DEVICE)
+    R = torch.from_numpy(rng.standard_normal((37, 5)).astype(np.float32) * 1e3).to(DEVICE)
+    bias = (R * R).sum(1) if with_bias else None
+    whole = split_tf32x3(Q, R, bias, 32)
+    monkeypatch.setattr(_fused_kernel, "SPLIT_CHUNK_ROWS", 7)
+    chunked = split_tf32x3(Q, R, bias, 32)
+    for a, b in zip(whole, chunked):
+        assert torch.equal(a, b)
+
+
+def test_resident_references_over_the_budget_run_in_several_launches_with_one_launchs_results(monkeypatch):
+    # the budget bounds each launch's copies of the resident references (split operands, curve
+    # order): past it the references go in several launches whose lists are merged
+    from gpumine.neighbors.engine import _plan, _search
+
+    X = _data("duplicates", 300, 8, 41)
+    Q = X[:16] + np.float32(0.25)
+    one = kneighbors(X, Q, 6, device=DEVICE, backend="triton")
+    launches = []
+    real = _search.fused_candidates
+
+    def counting(*args, **kwargs):
+        launches.append(args[1].shape[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_search, "fused_candidates", counting)
+    monkeypatch.setattr(_plan, "_FUSED_MIN_LAUNCH_ROWS", 100)
+    monkeypatch.setattr(_plan, "_fused_launch_bytes_per_row", lambda d: 1 << 30)
+    several = kneighbors(X, Q, 6, device=DEVICE, backend="triton")
+    assert launches and max(launches) <= 100 and sum(launches) >= 300
+    np.testing.assert_array_equal(several[1], one[1])
+    np.testing.assert_array_equal(several[0], one[0])
+    twin = kneighbors(X, Q, 6, device=DEVICE, backend="torch")
+    np.testing.assert_array_equal(several[1], twin[1])
+
+
+def test_launch_rows_fit_the_budget():
+    from gpumine.neighbors.engine._plan import _FUSED_MIN_LAUNCH_ROWS, _fused_launch_bytes_per_row, fused_launch_rows
+
+    per_row = _fused_launch_bytes_per_row(8)
+    assert fused_launch_rows(1000, 8, 1000 * per_row) == 1000
+    rows = fused_launch_rows(50_000_000, 8, 1 << 30)
+    assert _FUSED_MIN_LAUNCH_ROWS <= rows < 50_000_000 and rows * per_row <= 1 << 30
+    assert fused_launch_rows(50_000_000, 8, 1) == _FUSED_MIN_LAUNCH_ROWS

@@ -31,12 +31,38 @@ import torch
 
 from ...core.select import PAD_INDEX, topk_by_score_then_index
 
-__all__ = ["UniqueRows", "DEDUP_METRICS", "DEDUP_MAX_FRACTION"]
+__all__ = ["UniqueRows", "DEDUP_METRICS", "DEDUP_MAX_FRACTION", "DEDUP_HASH_FROM_ROWS", "distinct_hashes"]
 
 DEDUP_METRICS = ("euclidean", "sqeuclidean", "manhattan", "chebyshev", "minkowski")
 # deduplicate only when at most this fraction of the rows is distinct: a few copies do not
 # pay for the sort and the expansion
 DEDUP_MAX_FRACTION = 0.9
+
+
+# From this many rows, one hash per row is counted before the rows themselves are sorted: the
+# rows' sort (torch.unique over rows) holds several copies of the data, the hashes' one 8 bytes
+# a row, and data with few copies (where deduplication does not apply) stops there.
+DEDUP_HASH_FROM_ROWS = 1 << 18
+
+
+def distinct_hashes(X: torch.Tensor) -> int:
+    """How many distinct values a hash of each row's bits takes: at most the number of distinct rows.
+
+    Equal rows hash equally (``-0.0`` is made ``+0.0`` first, as the rows' sort
+    takes them equal), so the count never exceeds the distinct rows'.
+    """
+    bits = (X + 0.0).contiguous()
+    bits = bits.view(torch.int32 if bits.element_size() == 4 else torch.int64)
+    h = torch.zeros(X.shape[0], dtype=torch.int64, device=X.device)
+    for f in range(X.shape[1]):
+        # xor in the feature, multiply (wrapping: int64), fold the high half down (a float's
+        # bits sit high; a product only carries bits upwards)
+        h.bitwise_xor_(bits[:, f]).mul_(_HASH_MULTIPLIER)
+        h.bitwise_xor_(h >> 32)
+    return int(torch.unique(h).numel())
+
+
+_HASH_MULTIPLIER = 0x100000001B3  # the 64-bit FNV prime
 
 
 class UniqueRows:
@@ -71,6 +97,8 @@ class UniqueRows:
         """The distinct rows of ``X`` when at most ``max_fraction`` of them are distinct, else None."""
         if X.shape[0] < 2:
             return None
+        if X.shape[0] >= DEDUP_HASH_FROM_ROWS and distinct_hashes(X) > max_fraction * X.shape[0]:
+            return None  # at least as many distinct rows as distinct hashes: too many to pay
         found = cls(X)
         return found if found.rows.shape[0] <= max_fraction * X.shape[0] else None
 

@@ -344,20 +344,35 @@ def split_tf32x3(Q: torch.Tensor, R: torch.Tensor, ref_bias: torch.Tensor | None
     dropped ``q_lo.r_lo`` and the rounding of the low halves, each at most 2^-22 |q||r|, as
     Triton's own tf32x3; zero columns pad to ``width``.
     """
-    def halves(M):
-        hi = _tf32_round(M)
-        return hi, _tf32_round(M - hi)
+    d = Q.shape[1]
 
-    q_hi, q_lo = halves(Q)
-    r_hi, r_lo = halves(R)
-    q_parts, r_parts = [q_hi, q_hi, q_lo], [r_hi, r_lo, r_hi]
-    if ref_bias is not None:
-        b_hi, b_lo = halves(ref_bias[:, None])
-        q_parts.append(Q.new_ones((Q.shape[0], 2)))
-        r_parts += [b_hi, b_lo]
-    Q3, R3 = torch.cat(q_parts, 1), torch.cat(r_parts, 1)
-    pad = width - Q3.shape[1]
-    return torch.nn.functional.pad(Q3, (0, pad)), torch.nn.functional.pad(R3, (0, pad))
+    def split_into(M: torch.Tensor, bias: torch.Tensor | None, query: bool) -> torch.Tensor:
+        # written part by part, SPLIT_CHUNK_ROWS rows at a time, into one padded buffer: for
+        # resident references it is the largest copy a search makes, and assembling it from
+        # whole parts (concatenate, then pad) held about three times more at its peak
+        out = M.new_zeros((M.shape[0], width))
+        for r0 in range(0, M.shape[0], SPLIT_CHUNK_ROWS):
+            rows, part = M[r0 : r0 + SPLIT_CHUNK_ROWS], out[r0 : r0 + SPLIT_CHUNK_ROWS]
+            hi = _tf32_round(rows)
+            lo = _tf32_round(rows - hi)
+            # queries [hi, hi, lo], references [hi, lo, hi]
+            part[:, :d] = hi
+            part[:, d : 2 * d] = hi if query else lo
+            part[:, 2 * d : 3 * d] = lo if query else hi
+            if query and bias is not None:
+                part[:, 3 * d : 3 * d + 2] = 1.0
+            elif bias is not None:
+                b = bias[r0 : r0 + SPLIT_CHUNK_ROWS]
+                b_hi = _tf32_round(b)
+                part[:, 3 * d] = b_hi
+                part[:, 3 * d + 1] = _tf32_round(b - b_hi)
+        return out
+
+    return split_into(Q, ref_bias, True), split_into(R, ref_bias, False)
+
+
+# rows of one operand split at a time (bounds the split's temporaries)
+SPLIT_CHUNK_ROWS = 1 << 22
 
 
 def fused_candidates(

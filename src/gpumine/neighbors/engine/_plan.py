@@ -10,7 +10,7 @@ from ...config import get_config, resolve_backend
 from ...core.distance import Metric
 from ...core.tiles import TilePlan, fits_on_device, plan_tiles, same_device
 from ._exact_tile_kernel import EXACT_TILE_MAX_FEATURES, EXACT_TILE_METRICS
-from ._fused_kernel import FUSED_METRICS, MAX_FUSED_CANDIDATES
+from ._fused_kernel import FUSED_METRICS, MAX_FUSED_CANDIDATES, ROW_ALIGN, split_form_width
 
 __all__ = ["SearchPlan", "plan_search", "candidate_count", "fused_candidate_count", "fused_unsupported", "choose_backend",
            "auto_prefers_fused", "exact_tiles_apply"]
@@ -207,12 +207,41 @@ def plan_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, 
     resident = _fits_resident(ref, device)
     if fused:
         # the fused kernel keeps only (queries x c) candidates and no tile: one block holds
-        # many queries, and resident references go to one launch as a whole
-        plan = TilePlan(query_rows=min(n_query, _FUSED_QUERY_ROWS), ref_rows=n_ref if resident else plan.ref_rows,
+        # many queries, and resident references go to one launch as a whole where the
+        # launch's copies of them fit the budget
+        plan = TilePlan(query_rows=min(n_query, _FUSED_QUERY_ROWS),
+                        ref_rows=fused_launch_rows(n_ref, d, budget_bytes) if resident else plan.ref_rows,
                         budget_bytes=budget_bytes)
     return SearchPlan(k=k, metric=metric, device=device, backend=backend, precision=precision, c=c, fused=fused, direct=direct,
                        tile_select=tile_select, kernel_rerank=kernel_rerank, plan=plan, retry_plan=retry_plan,
                        resident=resident, n_ref=n_ref)
+
+
+def fused_launch_rows(n_ref: int, d: int, budget_bytes: int) -> int:
+    """References per fused launch over resident references: all of them where the launch's
+    copies of them fit ``budget_bytes``, else as many as fit (at least ``_FUSED_MIN_LAUNCH_ROWS``)."""
+    per_row = _fused_launch_bytes_per_row(d)
+    if n_ref * per_row <= budget_bytes:
+        return n_ref
+    return min(n_ref, max(_FUSED_MIN_LAUNCH_ROWS, budget_bytes // per_row))
+
+
+def _fused_launch_bytes_per_row(d: int) -> int:
+    """What one launch copies of each resident reference row.
+
+    The prepared rows in curve order (d + 1 float32), the operand the kernel
+    reads (the split tf32x3 form, or rows padded to ``ROW_ALIGN``), the bias,
+    and the curve's permutation and inverse (int64). A launch over all the
+    references at once holds these for every row, which is what the budget
+    must bound: they are several times the references' own size.
+    """
+    operand = split_form_width(d, True) or -(-(d + 1) // ROW_ALIGN) * ROW_ALIGN
+    return 4 * ((d + 1) + operand + 1) + 16
+
+
+# fewest references per launch when the budget is small: narrower launches cost more in
+# launches and candidate merges than the memory they save
+_FUSED_MIN_LAUNCH_ROWS = 1 << 16
 
 
 def exact_tiles_apply(metric: Metric, dtype: torch.dtype, k: int, n_ref: int, d: int) -> bool:
