@@ -19,10 +19,13 @@ resolves them through :func:`resolve_device`, :func:`resolve_backend` and
   for its whole length: the outputs (queries x k distances and indices), and
   the references as the search prepares them -- on the CPU a float64 copy and
   a KD-tree or the float32 product rows (about two to three times the data's
-  size); on a GPU the references kept resident with their prepared copies
-  (resident only where three times their size fits the device, else streamed
-  from the host in tiles of this budget) and, for dense L2 searches, a float64
-  copy. Data of float32 that float32 cannot square exactly is searched in a
+  size); on a GPU the references kept resident with one prepared copy (about
+  twice their size in all; resident only where three times their size fits
+  the device, else streamed from the host in tiles of this budget), one hash
+  per row while duplicates are looked for and, for dense L2 searches, a
+  float64 copy. What a kernel launch copies of the references beyond that
+  (split operands, a space-filling-curve order) stays within the budget: past
+  it the references go in several launches. Data of float32 that float32 cannot square exactly is searched in a
   float64 copy.
 * ``output_type`` is the kind of array that methods and functions return
   (only :func:`set_config` / :func:`config_context`, as cuML's). ``"input"``
