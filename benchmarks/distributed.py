@@ -51,8 +51,10 @@ task stream of the best run (read from the scheduler, cheap):
 * ``transfers`` / ``transfer_seconds``: worker-to-worker copies of task results (shard-mode merges);
 * ``before_first_task_s``: from the call to the first task's start: validation on the client and
   ``client.scatter`` of the inputs (references, query batches, data shards) to the workers;
-* ``after_last_task_s``: from the last task's end to the result: gathering the (n x k) lists to the
-  client and concatenating them (kNN), the model build (NB), the last supervisor step (SolvingSet);
+* ``after_last_task_s``: from the last task's end to the result: the (n x k) lists still travelling to
+  the client (kNN: the client fills its output block by block as blocks finish, so this is about the
+  last block's transfer; the earlier ones overlap the tasks), the model build (NB), the last
+  supervisor step (SolvingSet);
 * ``gaps_s``: time inside the span of the tasks when no task ran on any worker (client-side work
   between rounds, scatters of candidates, scheduling latency).
 
@@ -62,8 +64,11 @@ tens on a busy host (``after_last_task_s`` can then come out slightly negative).
 
 Not measured: the bytes of ``client.scatter`` (they are known: shard mode sends each reference row
 once and the queries to every worker; replicate mode the references to every worker and each query
-once; NB and SolvingSet each row once), network-level traffic, and the memory peaks of the workers.
-Case rows also carry ``input_bytes`` and ``result_bytes`` (the NumPy result gathered to the client).
+once, an all-kNN's queries not at all (they are the references); NB and SolvingSet each row once),
+network-level traffic, and the memory peaks of the workers. Case rows also carry ``input_bytes``,
+``result_bytes`` (the NumPy result the client returns: float32 distances, int64 indices) and
+``wire_result_bytes`` (what the workers send for it: indices as int32 while the reference count is
+below ``gpumine.distributed._knn.INT32_WIRE_LIMIT``).
 
 Cluster layout. Both clusters (``--workers`` workers, and one worker) are started first, before
 anything creates a CUDA context in this process: gpumine's ``local_cluster`` requires it (its note:
@@ -363,7 +368,7 @@ def _knn_equal(got, want) -> dict:
 
 def case_knn(run: _Run, clients: dict, X: np.ndarray, Q: np.ndarray | None) -> dict:
     from gpumine import distributed as gd
-    from gpumine.distributed._knn import REPLICATE_MAX_BYTES
+    from gpumine.distributed._knn import INT32_WIRE_LIMIT, REPLICATE_MAX_BYTES
     from gpumine.neighbors import kneighbors
 
     k, dev, w = run.args.k, run.device, min(run.args.warmup_rows, len(X))
@@ -381,7 +386,8 @@ def case_knn(run: _Run, clients: dict, X: np.ndarray, Q: np.ndarray | None) -> d
     info = {"n_ref": len(X), "n_query": len(X) if Q is None else len(Q), "d": X.shape[1], "k": k,
             "exclude_self": Q is None, "auto_mode_is": "replicate" if X.nbytes <= REPLICATE_MAX_BYTES else "shard",
             "input_bytes": X.nbytes + (0 if Q is None else Q.nbytes),
-            "result_bytes": (len(X) if Q is None else len(Q)) * k * (4 + 8)}
+            "result_bytes": (len(X) if Q is None else len(Q)) * k * (4 + 8),
+            "wire_result_bytes": (len(X) if Q is None else len(Q)) * k * (4 + (4 if len(X) < INT32_WIRE_LIMIT else 8))}
     return _run_case(run, clients, case, info, MODES, make_calls, _knn_equal)
 
 

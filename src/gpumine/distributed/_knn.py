@@ -14,6 +14,14 @@ tie are ordered as one process orders them), the reported score otherwise.
 ``REPLICATE_MAX_BYTES`` and shards larger ones. Only host arrays travel
 between workers (Dask cannot move CUDA tensors between processes).
 
+Results travel small and early: indices as int32 while the reference count is
+below ``INT32_WIRE_LIMIT`` (widened to int64 where they are assembled), the
+float64 merge keys stay on the workers (only the merges between workers move
+them), and the client fills its output from each query block (replicate) or
+query batch (shard) as it completes, so the transfers overlap the searches
+still running. With a dask array as the queries (an all-kNN's: the
+references) the results stay on the workers, as dask arrays chunked as it.
+
 Radius queries (:func:`radius_neighbors`) take the same layouts: each shard
 (or query block) lists every reference within the radius by the float64 exact
 distance that one process uses (:mod:`gpumine.neighbors._radius`), with global
@@ -31,6 +39,13 @@ REPLICATE_MAX_BYTES = 1 << 30
 QUERY_BATCH_BYTES = 1 << 28
 # bytes of float64 neighbour rows a shard forms its merge keys from at a time
 KEY_BLOCK_BYTES = 1 << 28
+# neighbour indices travel between processes as int32 when every global row fits (fewer references
+# than this), and are widened to int64 (what one process returns) where they arrive
+INT32_WIRE_LIMIT = 1 << 31
+# replicate mode: query blocks per worker (so that the results of finished blocks travel to the client
+# while the worker searches its next one) and the fewest rows a block is cut to for that
+REPLICATE_BLOCKS_PER_WORKER = 4
+REPLICATE_MIN_BLOCK_ROWS = 1 << 15
 _FLOAT64_ORDER = ("euclidean", "sqeuclidean", "manhattan", "chebyshev", "minkowski")
 
 
@@ -77,10 +92,11 @@ def _as_numpy(X, client=None):
 
 
 def _search_shard(shard, queries, k: int, first_row: int, exclude_self: bool, metric: str, p, device, working_memory,
-                  query_offset: int = 0, backend=None, precision: str = "exact"):
+                  query_offset: int = 0, backend=None, precision: str = "exact", index_dtype=np.int64):
     """A shard's top k of every query: (keys, global indices, reported distances), padded with (inf, -1, inf).
 
-    ``query_offset``: the global row of ``queries[0]`` (an all-kNN's query batch).
+    ``query_offset``: the global row of ``queries[0]`` (an all-kNN's query batch); ``index_dtype``: of the
+    global indices (int32 on the wire when they fit, see :func:`_wire_index_dtype`).
     """
     import torch
 
@@ -120,7 +136,7 @@ def _search_shard(shard, queries, k: int, first_row: int, exclude_self: bool, me
     keys = np.where(kept, np.take_along_axis(keys, order, 1), np.inf)
     index = np.where(kept, np.take_along_axis(index, order, 1) + first_row, -1)
     dist = np.where(kept, np.take_along_axis(dist, order, 1), np.inf).astype(dist.dtype)
-    return keys, index.astype(np.int64), dist
+    return keys, index.astype(index_dtype), dist
 
 
 def _merge_order(keys: np.ndarray, index: np.ndarray, k: int, device) -> np.ndarray:
@@ -175,27 +191,63 @@ def tree_reduce(client, parts: list, combine, *args):
     ``combine(a, b, *args)`` must be associative. Every future stays referenced until the end: an
     input released while a dependent waits for it can be lost to the dependent.
     """
+    final, held = _tree_reduce_future(client, parts, combine, *args)
+    result = final.result() if final is not None else None
+    del held
+    return result
+
+
+def _tree_reduce_future(client, parts: list, combine, *args):
+    """``(future of the reduction or None, every future of the tree)``: :func:`tree_reduce` without waiting;
+    the caller holds the list until it has what it needs from the reduction."""
     held = list(parts)
     while len(parts) > 1:
         paired = [client.submit(combine, parts[i], parts[i + 1], *args, pure=False) for i in range(0, len(parts) - 1, 2)]
         held.extend(paired)
         parts = paired + ([parts[-1]] if len(parts) % 2 else [])
-    result = parts[0].result() if parts else None
-    del held
-    return result
+    return (parts[0] if parts else None), held
 
 
-def _search_block(ref, queries, k, exclude_from, metric, p, device, working_memory, backend=None, precision="exact"):
-    """Replicate mode: all references, a block of queries (``exclude_from``: the block's first row in an all-kNN)."""
+def _wire_index_dtype(n_ref: int):
+    """The dtype global indices travel in between processes: int32 while every row fits, else int64."""
+    return np.int32 if n_ref < INT32_WIRE_LIMIT else np.int64
+
+
+def _strip_keys(merged, index_dtype):
+    """A shard-mode reduction's (distances, indices) without its float64 keys, indices in ``index_dtype``."""
+    return merged[2], merged[1].astype(index_dtype, copy=False)
+
+
+def _rows_of(which: int, parts: list, slices: list):
+    """One output chunk on a worker: the rows ``slices[i]`` of array ``which`` (0: distances, 1: indices,
+    widened to int64, one process's dtype) of each ``(distances, indices)`` block of ``parts``, stacked."""
+    out = np.concatenate([part[which][sl] for part, sl in zip(parts, slices)])
+    return out.astype(np.int64, copy=False) if which == 1 else out
+
+
+def _dtype_of(array):
+    return array.dtype
+
+
+def _search_block(ref, queries, k, exclude_from, metric, p, device, working_memory, backend=None, precision="exact",
+                  index_dtype=np.int64):
+    """Replicate mode: all references, a block of queries (``exclude_from``: the block's first row in an all-kNN).
+
+    ``queries``: the block, or ``(first, stop)``: the rows ``ref[first:stop]`` (an all-kNN's block, which
+    then travels with the references only). Indices come back in ``index_dtype``.
+    """
     from gpumine.neighbors import kneighbors
 
+    if isinstance(queries, tuple):
+        queries = ref[queries[0] : queries[1]]
     common = dict(metric=metric, p=p, device=device, working_memory=working_memory, backend=backend, precision=precision)
     if exclude_from is None:
-        return kneighbors(ref, queries, k, **common)
+        dist, index = kneighbors(ref, queries, k, **common)
+        return dist, np.asarray(index).astype(index_dtype, copy=False)
     # an all-kNN block: the whole search once per block would redo every block; search k + 1 and drop each row itself
     dist, index = kneighbors(ref, queries, min(k + 1, ref.shape[0]), **common)
     keep = _keep_others(index, np.arange(queries.shape[0])[:, None] + exclude_from, True)
-    return dist[keep].reshape(len(keep), -1)[:, :k], index[keep].reshape(len(keep), -1)[:, :k]
+    return dist[keep].reshape(len(keep), -1)[:, :k], index[keep].reshape(len(keep), -1)[:, :k].astype(index_dtype)
 
 
 def kneighbors(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p=None, mode: str = "auto", client=None,
@@ -209,7 +261,9 @@ def kneighbors(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p=
         The references; a dask array's row chunks are the shards.
     X_query : same kinds, optional
         The queries (``None``: the references themselves, each point excluded
-        from its own list). They are broadcast to every worker.
+        from its own list). Shard mode broadcasts them to every worker (per
+        batch); replicate mode sends each block of them to one worker (an
+        all-kNN's blocks are rows of the references the workers hold).
     k, metric, p, device, working_memory, backend, precision
         As :func:`gpumine.neighbors.kneighbors`; ``device`` is resolved on each
         worker ("auto": its GPU when it has one). ``backend`` and ``precision``
@@ -220,23 +274,54 @@ def kneighbors(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p=
         Default: the current client.
     batch_rows : int, optional
         Shard mode: queries broadcast per batch of this many rows (default:
-        batches of about ``QUERY_BATCH_BYTES``), so a worker holds one batch of
-        queries and its (batch x k) lists at a time whatever the query count.
+        batches of about ``QUERY_BATCH_BYTES``), so a worker holds two batches of
+        queries and their (batch x k) lists at a time whatever the query count
+        (the next batch is searched while the previous one's results travel).
 
     Returns
     -------
     distances, indices : NumPy arrays (n_queries, k), or dask arrays when the queries were one
-        Indices are global rows of ``X_ref``.
+        Indices are global rows of ``X_ref`` (int64, as one process returns
+        them). Dask arrays are chunked as the queries and their chunks stay on
+        the workers (nothing is gathered through the client): compute them
+        while the cluster runs, with the default client or ``client.compute``.
     """
-    dist, index = _kneighbors_arrays(X_ref, X_query, k, metric=metric, p=p, mode=mode, client=client, device=device,
-                                     working_memory=working_memory, batch_rows=batch_rows, backend=backend,
-                                     precision=precision)
-    return _outputs(dist, index, X_ref if X_query is None else X_query, return_distance)
+    like = X_ref if X_query is None else X_query
+    client, n_query, waves = _kneighbors_waves(X_ref, X_query, k, metric=metric, p=p, mode=mode, client=client,
+                                               device=device, working_memory=working_memory, batch_rows=batch_rows,
+                                               backend=backend, precision=precision)
+    if _is_dask_array(like) and n_query:
+        return _dask_outputs(client, waves, like.chunks[0], k, return_distance)
+    dist, index = _gather_into(client, waves, n_query, k)
+    return _outputs(dist, index, like, return_distance)
+
+
+def _is_dask_array(X) -> bool:
+    try:
+        import dask.array as da
+    except ImportError:  # pragma: no cover - dask comes with distributed
+        return False
+    return isinstance(X, da.Array)
 
 
 def _kneighbors_arrays(X_ref, X_query, k, *, metric, p, mode, client, device, working_memory, batch_rows, backend,
                        precision):
     """:func:`kneighbors`'s search: (distances, indices) as NumPy arrays whatever the inputs' kinds."""
+    client, n_query, waves = _kneighbors_waves(X_ref, X_query, k, metric=metric, p=p, mode=mode, client=client,
+                                               device=device, working_memory=working_memory, batch_rows=batch_rows,
+                                               backend=backend, precision=precision)
+    return _gather_into(client, waves, n_query, k)
+
+
+def _kneighbors_waves(X_ref, X_query, k, *, metric, p, mode, client, device, working_memory, batch_rows, backend,
+                      precision):
+    """The arguments checked, then ``(client, n_queries, waves)``.
+
+    ``waves`` submits the search one round of tasks at a time as it is iterated (replicate mode: one
+    round of query blocks; shard mode: one per query batch) and yields ``(blocks, held)`` per round:
+    ``blocks`` the ``(first_row, stop_row, future)`` of its (distances, indices in the wire dtype)
+    in query order, ``held`` the futures to keep until they are collected.
+    """
     if mode not in ("auto", "shard", "replicate"):
         raise ValueError(f"mode must be 'auto', 'shard' or 'replicate'; got {mode!r}")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
@@ -253,38 +338,137 @@ def _kneighbors_arrays(X_ref, X_query, k, *, metric, p, mode, client, device, wo
     ref_bytes = int(np.prod(queries.shape[1:], dtype=np.int64)) * n_ref * queries.itemsize
     if mode == "auto":
         mode = "replicate" if ref_bytes <= REPLICATE_MAX_BYTES else "shard"
-    common = dict(metric=metric, p=p, device=device, working_memory=working_memory, backend=backend, precision=precision)
+    common = dict(metric=metric, p=p, device=device, working_memory=working_memory, backend=backend,
+                  precision=precision, index_dtype=_wire_index_dtype(n_ref))
     if mode == "replicate":
-        ref = _as_numpy(X_ref, client)
-        ref_future = client.scatter(ref, broadcast=True, hash=False)
-        bounds = np.linspace(0, queries.shape[0], n_workers + 1).astype(np.int64)
-        futures = [client.submit(_search_block, ref_future, queries[a:b], k, a if exclude_self else None, pure=False,
-                                 **common) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-        found = client.gather(futures)
-        del ref_future
-        dist = np.concatenate([f[0] for f in found]) if found else np.zeros((0, k))
-        index = np.concatenate([f[1] for f in found]) if found else np.zeros((0, k), np.int64)
-    else:
-        if batch_rows is None:
-            batch_rows = max(1, QUERY_BATCH_BYTES // max(1, queries.itemsize * queries.shape[1]))
-        elif isinstance(batch_rows, bool) or not isinstance(batch_rows, (int, np.integer)) or batch_rows < 1:
-            raise ValueError(f"batch_rows must be a positive integer or None; got {batch_rows!r}")
-        # a dask array's blocks are computed where the scheduler puts them, NumPy blocks scattered; once for all batches
-        shards = [(first_row, client.scatter(block, hash=False) if isinstance(block, np.ndarray)
-                   else _computed(client, block)) for first_row, block in blocks]
-        found_index, found_dist = [], []
-        for q0 in range(0, queries.shape[0], batch_rows):
-            batch = client.scatter(queries[q0 : q0 + batch_rows], broadcast=True, hash=False)
-            parts = [client.submit(_search_shard, shard, batch, k, first_row, exclude_self, pure=False,
-                                   query_offset=q0, **common) for first_row, shard in shards]
-            _, index, dist = tree_reduce(client, parts, _merge, k)
-            found_index.append(index)
-            found_dist.append(dist)
-            del batch, parts
-        del shards
-        index = np.concatenate(found_index) if found_index else np.zeros((0, k), np.int64)
-        dist = np.concatenate(found_dist) if found_dist else np.zeros((0, k), queries.dtype)
-    return dist, index
+        ref = queries if exclude_self else _as_numpy(X_ref, client)
+        return client, queries.shape[0], _replicate_waves(client, ref, queries, k, exclude_self, n_workers, common)
+    if batch_rows is None:
+        batch_rows = max(1, QUERY_BATCH_BYTES // max(1, queries.itemsize * queries.shape[1]))
+    elif isinstance(batch_rows, bool) or not isinstance(batch_rows, (int, np.integer)) or batch_rows < 1:
+        raise ValueError(f"batch_rows must be a positive integer or None; got {batch_rows!r}")
+    return client, queries.shape[0], _shard_waves(client, blocks, queries, k, exclude_self, int(batch_rows), common)
+
+
+def _replicate_spans(n_query: int, n_workers: int) -> list:
+    """Replicate mode's query blocks ``[(first, stop)]``: one per worker, up to ``REPLICATE_BLOCKS_PER_WORKER``
+    per worker when every block keeps ``REPLICATE_MIN_BLOCK_ROWS`` rows (the overlap of transfers and searches
+    is worth a task's overhead then)."""
+    per_worker = min(REPLICATE_BLOCKS_PER_WORKER, max(1, n_query // max(1, n_workers * REPLICATE_MIN_BLOCK_ROWS)))
+    bounds = np.linspace(0, n_query, n_workers * max(1, per_worker) + 1).astype(np.int64)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def _replicate_waves(client, ref, queries, k, exclude_self, n_workers, common):
+    """Replicate mode: the references broadcast once, the query blocks searched wherever a worker is free."""
+    ref_future = client.scatter(ref, broadcast=True, hash=False)
+    spans = _replicate_spans(queries.shape[0], n_workers)
+    if exclude_self:  # an all-kNN's queries are the references the workers hold: a block travels as its bounds
+        parts = spans
+    else:  # each block to one worker (round robin), its search placed with it
+        parts = client.scatter([queries[a:b] for a, b in spans], hash=False) if spans else []
+    futures = [client.submit(_search_block, ref_future, part, k, a if exclude_self else None, pure=False, **common)
+               for (a, _), part in zip(spans, parts)]
+    yield [(a, b, f) for (a, b), f in zip(spans, futures)], [ref_future] + ([] if exclude_self else list(parts))
+
+
+def _shard_waves(client, blocks, queries, k, exclude_self, batch_rows, common):
+    """Shard mode: every shard searches each query batch, the lists merged in a tree on the workers, their keys
+    dropped there; a batch is submitted when the previous one's results are asked for."""
+    # a dask array's blocks are computed where the scheduler puts them, NumPy blocks scattered; once for all batches
+    shards = [(first_row, client.scatter(block, hash=False) if isinstance(block, np.ndarray)
+               else _computed(client, block)) for first_row, block in blocks]
+    wire = common["index_dtype"]
+    n_query = queries.shape[0]
+    for q0 in range(0, n_query, batch_rows):
+        batch = client.scatter(queries[q0 : q0 + batch_rows], broadcast=True, hash=False)
+        parts = [client.submit(_search_shard, shard, batch, k, first_row, exclude_self, pure=False,
+                               query_offset=q0, **common) for first_row, shard in shards]
+        merged, held = _tree_reduce_future(client, parts, _merge, k)
+        final = client.submit(_strip_keys, merged, wire, pure=False)
+        yield [(q0, min(q0 + batch_rows, n_query), final)], held + [batch] + [shard for _, shard in shards]
+        del batch, parts, merged, held, final
+
+
+def _collected(waves, collect):
+    """``collect(blocks)`` on each round of ``waves``, the next round submitted before (its tasks run while
+    the previous round's results travel); every round's futures held until it is collected."""
+    pending = None
+    for wave in waves:
+        if pending is not None:
+            collect(pending[0])
+        pending = wave
+    if pending is not None:
+        collect(pending[0])
+    del pending
+
+
+def _gather_into(client, waves, n_query: int, k: int):
+    """(distances, int64 indices) on the client, each block copied into place as soon as it arrives."""
+    from distributed import as_completed
+
+    out = {}
+
+    def collect(blocks):
+        where = {f.key: (a, b) for a, b, f in blocks}
+        # on the client's loop: it need not be the default client
+        for future, (dist, index) in as_completed([f for _, _, f in blocks], loop=client.loop, with_results=True):
+            a, b = where[future.key]
+            if not out:
+                out["dist"] = np.empty((n_query, dist.shape[1]), dist.dtype)
+                out["index"] = np.empty((n_query, index.shape[1]), np.int64)
+            out["dist"][a:b] = dist
+            out["index"][a:b] = index  # widened from the wire dtype
+
+    _collected(waves, collect)
+    if not out:
+        return np.zeros((0, k)), np.zeros((0, k), np.int64)
+    return out["dist"], out["index"]
+
+
+def _dask_outputs(client, waves, row_chunks, k: int, return_distance: bool):
+    """Dask arrays chunked as ``row_chunks`` whose chunks are assembled on the workers (nothing through the
+    client): every round's results computed, then one task per output chunk and array."""
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+    from distributed import as_completed
+
+    done = []
+
+    def wait(futures):  # distributed.wait needs the default client; this one need not be
+        for _ in as_completed(futures, loop=client.loop):
+            pass
+
+    def collect(blocks):
+        wait([f for _, _, f in blocks])
+        done.extend(blocks)
+
+    _collected(waves, collect)
+    for _, _, f in done:
+        if f.status == "error":
+            f.result()  # raises the task's error
+    starts = np.concatenate([[0], np.cumsum(row_chunks)]).astype(np.int64)
+    outputs = []
+    for which in ((0, 1) if return_distance else (1,)):
+        chunks = []
+        for c0, c1 in zip(starts[:-1], starts[1:]):
+            over = [(f, slice(max(c0, a) - a, min(c1, b) - a)) for a, b, f in done if a < c1 and b > c0]
+            if not over:  # a chunk of no rows: none of a block's
+                over = [(done[0][2], slice(0, 0))]
+            chunks.append((int(c1 - c0), client.submit(_rows_of, which, [f for f, _ in over], [sl for _, sl in over],
+                                                       pure=False)))
+        wait([f for _, f in chunks])
+        for _, f in chunks:
+            if f.status == "error":
+                f.result()
+        dtype = client.submit(_dtype_of, chunks[0][1], pure=False).result()
+        # one graph of the chunks' futures, chunked exactly as the queries (empty chunks too)
+        name = f"kneighbors-{'distances' if which == 0 else 'indices'}-{tokenize(*(f.key for _, f in chunks))}"
+        layer = {(name, i, 0): f for i, (_, f) in enumerate(chunks)}
+        outputs.append(da.Array(HighLevelGraph.from_collections(name, layer, dependencies=()), name,
+                                chunks=(tuple(rows for rows, _ in chunks), (k,)), dtype=dtype))
+    return tuple(outputs) if return_distance else outputs[0]
 
 
 def _torch_dtype(dtype):

@@ -22,7 +22,7 @@ import warnings
 
 import numpy as np
 
-from ._knn import _as_numpy, _client, kneighbors
+from ._knn import _as_numpy, _client, _kneighbors_arrays
 
 __all__ = ["LocalOutlierFactor", "top_n_outliers"]
 
@@ -111,8 +111,9 @@ def _brute_force(X, n_outliers, k, *, include_self, metric, p, mode, client, dev
     metric_obj = resolve_metric(metric, p)
     k_other = effective_k(k, n, bool(include_self))
     n_outliers = check_n_outliers(n_outliers, n)
-    _, index = kneighbors(X, None, k_other, metric=metric, p=p, mode=mode, client=client, device=device,
-                          working_memory=working_memory, backend=backend)
+    # NumPy results whatever X's kind (a dask array's would stay on the workers)
+    _, index = _kneighbors_arrays(X, None, k_other, metric=metric, p=p, mode=mode, client=client, device=device,
+                                  working_memory=working_memory, batch_rows=None, backend=backend, precision="exact")
     index = torch.from_numpy(np.asarray(index))
     space = PairSpace(Xt, metric_obj, tiles=False)
     scores = space.canonical(torch.arange(n)[:, None], index)
@@ -166,8 +167,9 @@ class LocalOutlierFactor:
             warnings.warn(f"n_neighbors ({self.n_neighbors}) is greater than the total number of samples ({n}). "
                           "n_neighbors will be set to (n_samples - 1) for estimation.", stacklevel=2)
         self.n_neighbors_ = max(1, min(int(self.n_neighbors), n - 1))
-        dist, index = kneighbors(X, None, self.n_neighbors_, metric=self.metric, p=self.p, mode=self.mode,
-                                 client=self.client, device=self.device, working_memory=self.working_memory)
+        dist, index = _kneighbors_arrays(X, None, self.n_neighbors_, metric=self.metric, p=self.p, mode=self.mode,
+                                         client=self.client, device=self.device, working_memory=self.working_memory,
+                                         batch_rows=None, backend=None, precision="exact")
         fit = lof_from_knn(torch.from_numpy(np.asarray(dist)), torch.from_numpy(np.asarray(index)), Xt, metric_obj,
                            duplicates=self.duplicates, device=torch.device("cpu"))
         warn_duplicates(fit, stacklevel=2)
