@@ -125,3 +125,31 @@ def test_histogram_counts_past_2_31_codes():
         expected = torch.bincount(codes[:, j].long() * classes + labels, minlength=levels * classes).view(levels, classes)
         assert torch.equal(got[j * levels : (j + 1) * levels], expected)
     assert int(got.sum()) == n * d
+
+
+@needs_gpu
+def test_streamed_host_references_are_summarised_on_the_gpu_and_give_the_resident_results(monkeypatch):
+    from gpumine.neighbors import _api
+    from gpumine.neighbors.engine import _plan, _search
+
+    X = np.random.default_rng(4).random((2_000_000, 8), dtype=np.float32)  # continuous: the fused kernel's stream
+    Q = X[:500] + np.float32(1e-3)
+    resident = kneighbors(X, Q, 10, device="cuda", working_memory=256)
+    monkeypatch.setattr(_api, "fits_on_device", lambda *a, **k: False)
+    monkeypatch.setattr(_plan, "_fits_resident", lambda ref, device: ref.device.type != "cpu")  # as if too large
+
+    def host_pass(*args, **kwargs):
+        raise AssertionError("a host pass over the references")
+
+    monkeypatch.setattr(_api, "all_finite", host_pass)
+    monkeypatch.setattr(_search, "magnitudes", host_pass)
+    launches = []
+    real = _search.fused_candidates
+    monkeypatch.setattr(_search, "fused_candidates", lambda Q, R, *a, **k: launches.append(R.shape[0]) or real(Q, R, *a, **k))
+    streamed = kneighbors(X, Q, 10, device="cuda", working_memory=256)
+    assert len(launches) > 1 and sum(launches) >= X.shape[0]  # tiles of the host rows
+    np.testing.assert_array_equal(streamed[1], resident[1])
+    np.testing.assert_array_equal(streamed[0], resident[0])
+    X[5, 3] = np.nan
+    with pytest.raises(ValueError, match="X_ref"):
+        kneighbors(X, Q, 10, device="cuda", working_memory=256)

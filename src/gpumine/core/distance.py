@@ -37,6 +37,8 @@ SEQUENTIAL_MAX_FEATURES = 16
 # so there it is the feature-by-feature order. A defined order (torch's sum(-1) has none) lets the
 # Triton re-rank kernel (gpumine.neighbors.engine._rerank_kernel) reproduce these scores bit for bit at any d.
 EXACT_SUM_CHUNK = SEQUENTIAL_MAX_FEATURES
+# rows per float64 partial sum of Metric.centre (callers that sum elsewhere use the same blocks)
+CENTRE_BLOCK_ROWS = 65536
 _CHUNKED_METRICS = ("euclidean", "sqeuclidean", "manhattan")
 _SEQUENTIAL_METRICS = ("euclidean", "sqeuclidean", "manhattan", "cosine", "inner_product")
 
@@ -121,14 +123,20 @@ class Metric:
         return self.name in ("euclidean", "sqeuclidean", "cosine", "inner_product")
 
     # -- preparation -------------------------------------------------------
-    def centre(self, X_ref: torch.Tensor) -> torch.Tensor | None:
-        """The shift applied to both sides before tile products (the reference mean, for L2)."""
+    def centre(self, X_ref: torch.Tensor, column_sums: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The shift applied to both sides before tile products (the reference mean, for L2).
+
+        ``column_sums``: the float64 sums of ``X_ref``'s columns, added in blocks of
+        ``CENTRE_BLOCK_ROWS`` rows in order, when the caller has them.
+        """
         if self.name in ("euclidean", "sqeuclidean") and X_ref.shape[0]:
-            # summed in float64 a block of rows at a time: no full float64 copy of the data
-            # (one block: one launch, for the launch-bound small searches)
-            total = X_ref[:65536].sum(0, dtype=torch.float64)
-            for start in range(65536, X_ref.shape[0], 65536):
-                total += X_ref[start : start + 65536].sum(0, dtype=torch.float64)
+            total = column_sums
+            if total is None:
+                # summed in float64 a block of rows at a time: no full float64 copy of the data
+                # (one block: one launch, for the launch-bound small searches)
+                total = X_ref[:CENTRE_BLOCK_ROWS].sum(0, dtype=torch.float64)
+                for start in range(CENTRE_BLOCK_ROWS, X_ref.shape[0], CENTRE_BLOCK_ROWS):
+                    total += X_ref[start : start + CENTRE_BLOCK_ROWS].sum(0, dtype=torch.float64)
             return (total / X_ref.shape[0]).to(X_ref.dtype)
         return None
 

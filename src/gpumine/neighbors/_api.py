@@ -12,6 +12,7 @@ from ..core.distance import check_precision, get_metric
 from ..core.tiles import fits_on_device, same_device
 from ._metrics_extra import EXTRA_METRICS, check_backend, extra_kneighbors, is_extra_metric, make_extra_form
 from .engine import choose_backend, knn_search, search_with_graph, smallest_nonzero_magnitude
+from .engine._host_summary import summarise_on_device
 
 __all__ = ["kneighbors", "tune_knn"]
 
@@ -29,16 +30,27 @@ def _to_device_checked(arrays: dict, device: torch.device):
     the engine's range scaling needs, behind a single host wait. On the host,
     NumPy's isfinite, min and max of the physics search's 12,000 + 32,768 rows
     x 65 took nearly a third of the search. Host data too large to copy is
-    checked on the host; the magnitudes are then None (the engine measures them).
+    summarised in one pass through the GPU (:mod:`.engine._host_summary`): the
+    search then reads its facts instead of the host data.
     """
-    moved, extremes = {}, []
-    on_host = False
+    moved, extremes, host_ends = {}, [], []
+    unknown = False  # magnitudes of data left where it is and not summarised
     for name, tensor in arrays.items():
         if not same_device(tensor.device, device):
             if tensor.device.type != "cpu" or not fits_on_device(3 * tensor.numel() * tensor.element_size(), device):
-                if tensor.numel() and not all_finite(tensor):
+                moved[name] = tensor
+                if not tensor.numel():
+                    continue
+                if tensor.device.type == "cpu" and tensor.dim() == 2:
+                    # one pass through the GPU instead of the host's (see engine._host_summary)
+                    summary = summarise_on_device(tensor, device)
+                    if not summary.finite:
+                        raise non_finite_error(tensor, name)
+                    host_ends.append((summary.largest, summary.tiniest))
+                    continue
+                if not all_finite(tensor):
                     raise non_finite_error(tensor, name)
-                moved[name], on_host = tensor, True
+                unknown = True
                 continue
             tensor = tensor.to(device)
         moved[name] = tensor
@@ -54,7 +66,9 @@ def _to_device_checked(arrays: dict, device: torch.device):
         largest, tiniest = float(np.abs(low_high).max()), float(found[:, 2].min())
     else:
         largest, tiniest = 0.0, float("inf")
-    return moved, (None, None) if on_host else (largest, tiniest)
+    for high, tiny in host_ends:
+        largest, tiniest = max(largest, high), min(tiniest, tiny)
+    return moved, (None, None) if unknown else (largest, tiniest)
 
 
 def kneighbors(

@@ -44,9 +44,15 @@ _CHUNK = 1 << 24
 
 def magnitudes(*arrays: torch.Tensor) -> tuple[float, float]:
     """The largest magnitude and the smallest nonzero magnitude (``inf`` when none) of the arrays."""
+    from ._host_summary import summary_of  # the summary module needs this one's helpers
+
     largest, tiniest = 0.0, math.inf
     for X in arrays:
         if X.numel() == 0:
+            continue
+        summary = summary_of(X)
+        if summary is not None:
+            largest, tiniest = max(largest, summary.largest), min(tiniest, summary.tiniest)
             continue
         flat = X.reshape(-1) if X.is_contiguous() else X.contiguous().reshape(-1)
         for start in range(0, flat.numel(), _CHUNK):

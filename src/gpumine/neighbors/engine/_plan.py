@@ -210,17 +210,27 @@ def plan_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, 
         # many queries, and resident references go to one launch as a whole where the
         # launch's copies of them fit the budget
         plan = TilePlan(query_rows=min(n_query, _FUSED_QUERY_ROWS),
-                        ref_rows=fused_launch_rows(n_ref, d, budget_bytes) if resident else plan.ref_rows,
+                        ref_rows=fused_launch_rows(n_ref, d, budget_bytes, streamed=not resident),
                         budget_bytes=budget_bytes)
     return SearchPlan(k=k, metric=metric, device=device, backend=backend, precision=precision, c=c, fused=fused, direct=direct,
                        tile_select=tile_select, kernel_rerank=kernel_rerank, plan=plan, retry_plan=retry_plan,
                        resident=resident, n_ref=n_ref)
 
 
-def fused_launch_rows(n_ref: int, d: int, budget_bytes: int) -> int:
-    """References per fused launch over resident references: all of them where the launch's
-    copies of them fit ``budget_bytes``, else as many as fit (at least ``_FUSED_MIN_LAUNCH_ROWS``)."""
+def fused_launch_rows(n_ref: int, d: int, budget_bytes: int, streamed: bool = False) -> int:
+    """References per fused launch: all of them where the launch's copies of them fit
+    ``budget_bytes``, else as many as fit (at least ``_FUSED_MIN_LAUNCH_ROWS``).
+
+    ``streamed``: the references come from the host a tile at a time, so a tile
+    also holds its two staging buffers on the device and its prepared rows. Wide
+    tiles matter there: each costs a launch, a merge of the candidate lists and
+    a host wait for its staging buffer, and the score-tile plan's tiles (sized
+    for score blocks the fused kernel never forms) were narrow enough for those
+    to set the pace instead of the copies.
+    """
     per_row = _fused_launch_bytes_per_row(d)
+    if streamed:
+        per_row += 2 * 4 * d + 4 * (d + 1)
     if n_ref * per_row <= budget_bytes:
         return n_ref
     return min(n_ref, max(_FUSED_MIN_LAUNCH_ROWS, budget_bytes // per_row))

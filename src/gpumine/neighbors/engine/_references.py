@@ -7,6 +7,7 @@ import torch
 from ...core.distance import Metric
 from ...core.tiles import iter_row_chunks
 from ._curve import _CurveOrder
+from ._host_summary import summary_of
 from ._plan import _fits_resident
 
 
@@ -29,7 +30,8 @@ class _References:
         self.data = ref.to(device) if self.resident else ref
         # from the device copy when there is one: torch's float64 sums ran ~10 ms on the
         # host for 32,768 x 65 floats, a third of a small search from NumPy
-        self.centre = metric.centre(self.data)
+        summary = None if self.resident else summary_of(ref)
+        self.centre = metric.centre(self.data, None if summary is None else summary.column_sums)
         self._prepared = None
         self._by_feature = None
         self._sample = None
@@ -92,7 +94,7 @@ class _References:
         if self.resident:
             rows = self.data.index_select(0, flat)
         else:
-            rows = self.host.index_select(0, flat.cpu()).to(self.device)
+            rows = self.host.index_select(0, flat.to(self.host.device)).to(self.device)
         return rows.reshape(*index.shape, self.data.shape[1])
 
     def exact_scores(self, Q: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
