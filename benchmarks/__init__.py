@@ -12,6 +12,8 @@ Each suite is a module with ``main(argv=None) -> int``:
   batch LOF against scikit-learn.
 * :mod:`benchmarks.realdata` — every ADBench set: all-kNN, LOF and top-10 outliers
   against plain PyTorch (GPU) or scikit-learn (CPU), exactness against float64.
+* :mod:`benchmarks.radius` — radius queries, kNN graphs and radius graphs against plain PyTorch
+  (same device) and scikit-learn (CPU), exactness against float64.
 * :mod:`benchmarks.counting` — the counting engine: bitmaps, bit-slices and histograms, Naive
   Bayes, C4.5 and frequent itemsets against NumPy, scikit-learn, mlxtend and pyfim.
 
@@ -28,7 +30,7 @@ from pathlib import Path
 
 __all__ = ["SUITES"]
 
-SUITES = ("knn", "outliers", "stream", "realdata", "counting")
+SUITES = ("knn", "outliers", "stream", "realdata", "radius", "counting")
 
 if importlib.util.find_spec("gpumine") is None:  # a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
