@@ -16,9 +16,9 @@ within ``r`` is ``--mean-neighbours`` over a sample of rows; the run prints the 
 Peers, in the same run:
 
 * plain PyTorch on the run's device (the data already there, float32): squared distances
-  ``||x||² + ||y||² − 2 x·y`` by ``torch.addmm`` over query chunks of about ``--torch-chunk-mib``;
-  for radius queries a threshold at ``r²``, ``nonzero``, per-query lists on the host (as gpumine's
-  output); for the kNN graph the own entry at +inf and ``torch.topk`` per chunk; the graphs are
+  ``||x||² + ||y||² − 2 x·y`` by ``torch.addmm`` over query chunks of about ``--torch-chunk-mib``
+  (2 GiB on a GPU); for radius queries a threshold at ``r²``, ``nonzero``, per-query lists on the
+  host (as gpumine's output); for the kNN graph the own entry at +inf and ``torch.topk`` per chunk; the graphs are
   SciPy CSR matrices on the host, as gpumine's;
 * scikit-learn on the CPU, default algorithm, all cores (``n_jobs=-1``):
   ``NearestNeighbors(radius=r).fit(X).radius_neighbors(Q)``, ``kneighbors_graph`` and
@@ -413,7 +413,7 @@ def run_all(run: Run) -> None:
     sk_rows = min(n, args.sklearn_rows) if args.sklearn_rows else n
     sk_radius = radius * (n / sk_rows) ** (1.0 / d)
     X_sk = X_np[:sk_rows]
-    chunk = int(args.torch_chunk_mib * 2**20)
+    chunk = int((args.torch_chunk_mib or (2048.0 if device.type == "cuda" else 256.0)) * 2**20)
     sample = sample_rows(n, args.sample, args.seed + 1)
     run.config = {"rows": n, "dims": d, "k": k, "radius": radius, "sklearn_rows": sk_rows, "sklearn_radius": sk_radius,
                   "queries": min(args.queries, n), "sample": len(sample), "repeats": args.repeats, "seed": args.seed}
@@ -575,8 +575,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="seconds for the whole run: cases and modes not started by then are recorded as skipped")
     p.add_argument("--sample", type=positive(int), default=500, help="query rows checked against the float64 reference")
     p.add_argument("--seed", type=int, default=0, help="seed of the points and samples")
-    p.add_argument("--torch-chunk-mib", type=positive(float), default=2048.0,
-                   help="distance block per query chunk of the PyTorch peer")
+    p.add_argument("--torch-chunk-mib", type=positive(float), default=None,
+                   help="distance block per query chunk of the PyTorch peer (default 2048 on a GPU, 256 on the CPU)")
     p.add_argument("--out", type=Path, help="results JSON ({meta, config, records})")
     p.add_argument("--markdown", type=Path, help="markdown table")
     p.add_argument("--traceback", action="store_true", help="print the traceback of a failing case")
