@@ -336,6 +336,13 @@ class Run:
     def over_budget(self) -> bool:
         return self.args.time_budget is not None and time.perf_counter() - self.start > self.args.time_budget
 
+    def add(self, rec: dict) -> None:
+        """Record ``rec`` (with the run's elapsed seconds so far), print it, save the JSON."""
+        rec["run_elapsed_s"] = time.perf_counter() - self.start
+        self.records.append(rec)
+        self.log(_progress(rec))
+        self.save()
+
     def save(self) -> None:
         if self.args.out:
             write_json(self.args.out, {"meta": self.meta, "config": self.config, "records": self.records})
@@ -446,9 +453,7 @@ def run_all(run: Run) -> None:
             rec.update(error=f"{type(exc).__name__}: {exc}", exact=False)
             if args.traceback:
                 traceback.print_exc()
-        run.records.append(rec)
-        run.log(_progress(rec))
-        run.save()
+        run.add(rec)
 
     if "knn_graph" in args.cases:
         ref_d, ref_i = reference_knn(X_np, sample, k, device=device)
@@ -472,9 +477,7 @@ def run_all(run: Run) -> None:
                     rec.update(error=f"{type(exc).__name__}: {exc}", exact=False)
                     if args.traceback:
                         traceback.print_exc()
-            run.records.append(rec)
-            run.log(_progress(rec))
-            run.save()
+            run.add(rec)
 
     if "radius_graph" in args.cases:
         ref = reference_radius(X_np, X_np[sample], radius, sample, device=device)
@@ -499,9 +502,7 @@ def run_all(run: Run) -> None:
                     rec.update(error=f"{type(exc).__name__}: {exc}", exact=False)
                     if args.traceback:
                         traceback.print_exc()
-            run.records.append(rec)
-            run.log(_progress(rec))
-            run.save()
+            run.add(rec)
 
 
 # ---------------------------------------------------------------------------------------
@@ -597,6 +598,7 @@ def main(argv=None, prog: str | None = None) -> int:
     table = render_markdown(run.records, run.meta, run.config)
     print()
     print(table, end="")
+    print(f"elapsed {format_seconds(run.meta['elapsed_s'])}")
     if args.markdown:
         write_text(args.markdown, table)
     ran = [r for r in run.records if "skipped" not in r]
