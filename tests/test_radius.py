@@ -134,3 +134,61 @@ def test_an_infinite_radius_lists_every_point_as_scikit_learn():
         ours.radius_neighbors(X[:2], sort_results=True, return_distance=False)
     with pytest.raises(ValueError, match="radius must be a number >= 0"):
         NearestNeighbors(radius=float("nan"), device="cpu").fit(X)
+
+
+
+@pytest.fixture
+def prefilter_on_cpu(monkeypatch):
+    """The GPU's prefilter path on the CPU, with the kernel's torch twin (same results bit for bit)."""
+    import torch
+
+    import gpumine.neighbors.engine as engine
+    from gpumine.neighbors import _radius
+
+    monkeypatch.setattr(_radius, "_prefilter_applies",
+                        lambda ref, query, radius, metric, device: ref.dtype == torch.float32 and ref.shape[1] <= 16
+                        and metric.name in _radius.PREFILTER_METRICS and np.isfinite(radius))
+    calls = []
+    monkeypatch.setattr(engine, "scores_within", lambda *args, **kw: calls.append(1) or engine.scores_within_torch(*args, **kw))
+    monkeypatch.setattr(_radius, "_TREE_MAX_FEATURES", 0)  # the host's KD-tree path stands aside
+    return _radius, calls
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean", "manhattan"])
+@pytest.mark.parametrize("kind", ["grid", "random", "duplicates"])
+@pytest.mark.parametrize("cap", [64, 2])
+def test_prefiltered_radius_search_equals_the_float64_tiles(prefilter_on_cpu, monkeypatch, metric, kind, cap):
+    import torch
+
+    from gpumine.core.distance import get_metric
+
+    _radius, calls = prefilter_on_cpu
+    monkeypatch.setattr(_radius, "PREFILTER_CAP", cap)  # rows past the cap take the second, wider pass
+    rng = np.random.default_rng(7)
+    X = {"grid": lambda: rng.integers(0, 4, (300, 3)).astype(np.float32),
+         "random": lambda: rng.standard_normal((300, 5)).astype(np.float32) * 1e3,
+         "duplicates": lambda: np.repeat(rng.random((60, 4)).astype(np.float32), 5, axis=0)}[kind]()
+    R = torch.from_numpy(X)
+    Q = torch.from_numpy(X[:40] + np.float32(0.5))
+    m = get_metric(metric)
+    cpu = torch.device("cpu")
+    # radii exactly at grid distances (ties at the radius) and in between
+    for radius in (1.0, 2.0, float(np.sqrt(2.0)), 0.75 * float(np.abs(X).max())):
+        for query, own in ((Q, False), (R, True)):
+            got = _radius.radius_search(R, query, radius, m, exclude_self=own, device=cpu, budget_bytes=1 << 20)
+            with monkeypatch.context() as plain:
+                plain.setattr(_radius, "_prefilter_applies", lambda *args: False)
+                want = _radius.radius_search(R, query, radius, m, exclude_self=own, device=cpu, budget_bytes=1 << 20)
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(a, b)
+    assert calls  # the prefilter ran
+
+
+def test_score_bound_rounds_up_and_covers_the_float64_radius():
+    from gpumine.core.distance import get_metric
+    from gpumine.neighbors._radius import _score_bound
+
+    for radius in (0.1, 1.0, 3.0, 1e-20, 1e15):
+        bound = _score_bound(radius, get_metric("euclidean"), 16)
+        assert bound >= radius * radius and np.float32(bound) == bound
+        assert _score_bound(radius, get_metric("manhattan"), 16) >= radius

@@ -10,7 +10,12 @@ On the host at up to 16 features a KD-tree (SciPy's ``cKDTree``) proposes the
 references within ``radius`` times ``1 + 1e-9`` (its own float64 distances are
 within that of the exact ones) and the exact distances decide. Elsewhere the
 exact distances of every (query, reference) pair are computed in tiles that fit
-``budget_bytes``: brute force, O(queries x references x features).
+``budget_bytes``: brute force, O(queries x references x features) in float64.
+On a GPU, float32 L2 and manhattan searches at up to 16 features first keep the
+references whose float32 exact score (the kNN engine's ``scores_within`` kernel,
+no score tile in memory) is within the radius widened by that score's error
+bound, and the float64 distances of those alone decide: the same neighbours,
+with float32 work for every pair and float64 work for the candidates only.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ def radius_search(ref: torch.Tensor, query: torch.Tensor, radius: float, metric:
         dist = _pair_distances(ref, query, rows, cols, metric, budget_bytes)
         keep = dist <= radius
         rows, cols, dist = rows[keep], cols[keep], dist[keep]
+    elif _prefilter_applies(ref, query, radius, metric, device):
+        rows, cols, dist = _prefiltered(ref, query, radius, metric, device, budget_bytes)
     else:
         rows, cols, dist = _tiled(ref, query, radius, metric, device, budget_bytes)
     if exclude_self:
@@ -96,6 +103,85 @@ def _pair_distances(ref, query, rows, cols, metric, budget_bytes):
         scores = metric.exact_scores(Q64[r], R64[c].unsqueeze(1))[:, 0]
         out[s0 : s0 + step] = _distance64(metric, scores).numpy()
     return out
+
+
+# Prefilter (see the module docstring): float32 data of magnitude at most PREFILTER_MAX_MAGNITUDE
+# (its squared differences cannot overflow float32), first PREFILTER_CAP slots per query
+PREFILTER_METRICS = ("euclidean", "sqeuclidean", "manhattan")
+PREFILTER_MAX_FEATURES = 16
+PREFILTER_MAX_MAGNITUDE = 2.0**40
+PREFILTER_CAP = 64
+
+
+def _prefilter_applies(ref, query, radius, metric, device) -> bool:
+    from .engine import exact_tile_available
+
+    return (device.type == "cuda" and exact_tile_available() and metric.name in PREFILTER_METRICS
+            and ref.dtype == torch.float32 and query.dtype == torch.float32 and 0 < ref.shape[1] <= PREFILTER_MAX_FEATURES
+            and math.isfinite(radius) and _largest(ref, query) <= PREFILTER_MAX_MAGNITUDE)
+
+
+def _largest(ref, query) -> float:
+    return max(float(t.abs().max()) if t.numel() else 0.0 for t in ((ref,) if query is ref else (ref, query)))
+
+
+def _score_bound(radius: float, metric: Metric, d: int) -> float:
+    """A float32 score that every pair within ``radius`` (by float64 distance) scores at most.
+
+    The float32 exact score is a sum of ``d`` rounded terms (each a rounded
+    difference, squared for L2): relative error at most ``(2 d + 4) 2^-24``,
+    plus underflow's absolute error below the smallest normal float32 per term.
+    """
+    score = radius * radius if metric.name == "euclidean" else radius
+    bound = score * (1 + (2 * d + 8) * 2.0**-24) + d * 2.0**-126
+    wide = torch.tensor(bound, dtype=torch.float32)
+    if float(wide) < bound:  # round up
+        wide = torch.nextafter(wide, torch.tensor(math.inf))
+    return float(wide)
+
+
+def _prefiltered(ref, query, radius, metric, device, budget_bytes):
+    """``(rows, cols, float64 distances)`` within ``radius``: float32 scores propose, float64 decides."""
+    from .engine import scores_within
+
+    same = query is ref
+    R = ref.to(device)
+    Q = R if same else query.to(device)
+    RT = R.T.contiguous()
+    QT = RT if same else Q.T.contiguous()
+    d, n_query = QT.shape
+    bound = _score_bound(radius, metric, d)
+    # the kernel's lists (float32 + int32 per slot) of a block of queries, and the wider second pass
+    q_rows = max(1, budget_bytes // (8 * PREFILTER_CAP * 4))
+    found_rows, found_cols = [], []
+    for q0 in range(0, n_query, q_rows):
+        q1 = min(n_query, q0 + q_rows)
+        threshold = torch.full((q1 - q0,), bound, dtype=torch.float32, device=device)
+        _, index, count = scores_within(QT[:, q0:q1], RT, threshold, PREFILTER_CAP, metric.name)
+        full = (count > PREFILTER_CAP).nonzero().squeeze(1)
+        qi, slot = (index >= 0).nonzero(as_tuple=True)
+        keep = count[qi] <= PREFILTER_CAP  # rows over the cap are listed again, whole, below
+        found_rows.append(qi[keep] + q0)
+        found_cols.append(index[qi[keep], slot[keep]].long())
+        if full.numel():
+            cap = int(count[full].max())
+            for f0 in range(0, full.numel(), max(1, budget_bytes // (8 * cap * 4))):
+                part = full[f0 : f0 + max(1, budget_bytes // (8 * cap * 4))]
+                _, index, _ = scores_within(QT[:, q0 + part], RT, threshold[part], cap, metric.name)
+                pi, slot = (index >= 0).nonzero(as_tuple=True)
+                found_rows.append(part[pi] + q0)
+                found_cols.append(index[pi, slot].long())
+    rows = torch.cat(found_rows) if found_rows else torch.zeros(0, dtype=torch.int64, device=device)
+    cols = torch.cat(found_cols) if found_cols else torch.zeros(0, dtype=torch.int64, device=device)
+    # the float64 exact distances of the candidates decide (as _tiled's of every pair would)
+    dist = torch.empty(rows.shape[0], dtype=torch.float64, device=device)
+    step = max(1, budget_bytes // (8 * 4 * (d + 16)))
+    for s0 in range(0, rows.shape[0], step):
+        r, c = rows[s0 : s0 + step], cols[s0 : s0 + step]
+        scores = metric.exact_scores(Q[r].to(torch.float64), R[c].to(torch.float64).unsqueeze(1))[:, 0]
+        dist[s0 : s0 + step] = _distance64(metric, scores)
+    keep = dist <= radius
+    return rows[keep].cpu().numpy(), cols[keep].cpu().numpy(), dist[keep].cpu().numpy()
 
 
 def _tiled(ref, query, radius, metric, device, budget_bytes):

@@ -25,9 +25,14 @@ torch twins):
 * ``_graphs``: repeated small searches captured and replayed as CUDA graphs.
 * ``_fused_kernel`` / ``_fused_tuning``: the fused Triton candidate kernel and
   its tile-shape tuning; ``_rerank_kernel``: the re-rank and selection in one
-  launch; ``_exact_tile_kernel``: exact score tiles for large ``k``.
+  launch; ``_exact_tile_kernel``: exact score tiles for large ``k``, and every
+  reference within a score threshold (:func:`scores_within`, which radius
+  queries use to propose candidates).
+* ``_host_summary``: facts about host references taken in one pass through
+  the GPU.
 """
 
+from ._exact_tile_kernel import exact_tile_available, scores_within, scores_within_torch
 from ._fused_tuning import tuning
 from ._graphs import clear_search_graphs, search_with_graph
 from ._magnitude import smallest_nonzero_magnitude
@@ -35,4 +40,5 @@ from ._plan import SearchPlan, choose_backend, fused_unsupported, plan_search
 from ._search import knn_search
 
 __all__ = ["knn_search", "SearchPlan", "plan_search", "choose_backend", "fused_unsupported", "search_with_graph",
-           "clear_search_graphs", "smallest_nonzero_magnitude", "tuning"]
+           "clear_search_graphs", "smallest_nonzero_magnitude", "tuning", "scores_within", "scores_within_torch",
+           "exact_tile_available"]
