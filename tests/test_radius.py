@@ -192,3 +192,30 @@ def test_score_bound_rounds_up_and_covers_the_float64_radius():
         bound = _score_bound(radius, get_metric("euclidean"), 16)
         assert bound >= radius * radius and np.float32(bound) == bound
         assert _score_bound(radius, get_metric("manhattan"), 16) >= radius
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("metric", ["euclidean", "manhattan"])
+def test_gpu_prefiltered_radius_search_equals_the_float64_tiles(monkeypatch, metric):
+    import torch
+
+    from gpumine.core.distance import get_metric
+    from gpumine.neighbors import _radius
+
+    rng = np.random.default_rng(8)
+    X = np.concatenate([rng.integers(0, 6, (20_000, 8)), rng.standard_normal((5_000, 8)) * 3]).astype(np.float32)
+    R = torch.from_numpy(X).cuda()
+    cuda = torch.device("cuda")
+    calls = []
+    real = _radius._prefiltered
+    monkeypatch.setattr(_radius, "_prefiltered", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(_radius, "PREFILTER_CAP", 16)  # crowded rows take the second pass
+    for radius in (1.0, 2.0, 3.5):
+        got = _radius.radius_search(R, R, radius, get_metric(metric), exclude_self=True, device=cuda, budget_bytes=1 << 28)
+        with monkeypatch.context() as plain:
+            plain.setattr(_radius, "_prefilter_applies", lambda *args: False)
+            want = _radius.radius_search(R, R, radius, get_metric(metric), exclude_self=True, device=cuda, budget_bytes=1 << 28)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+    assert len(calls) == 3
