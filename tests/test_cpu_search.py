@@ -10,6 +10,8 @@ import gpumine.neighbors.engine._host as cpu_path
 from gpumine.core.distance import get_metric
 from gpumine.neighbors import NearestNeighbors, kneighbors
 from gpumine.neighbors.engine._host import cpu_search
+from gpumine.neighbors.engine._host_exact import _every_pair, _exact_dense, _exact_pairs, _feature_major, _first_columns
+from gpumine.neighbors.engine._host_gemm import _sorted_by_value
 from gpumine.outliers import LocalOutlierFactor
 from knn_oracle import assert_knn_matches, brute_force_knn
 
@@ -362,15 +364,15 @@ def test_numpy_exact_scores_are_exact_scores_bit_for_bit(metric):
         U = (rng.standard_normal((60, d)) * 10.0 ** rng.uniform(-4, 4, d)).astype(np.float32).astype(np.float64)
         Q = (rng.standard_normal((9, d)) * 10.0 ** rng.uniform(-4, 4, d)).astype(np.float32).astype(np.float64)
         U[5] = Q[2]  # a zero distance
-        UT = cpu_path._feature_major(m, U)
+        UT = _feature_major(m, U)
         idx = rng.integers(0, 60, (9, 13))
         want = m.exact_scores(torch.from_numpy(Q), torch.from_numpy(U[idx])).numpy()
         for budget in (1 << 10, BUDGET):  # one pair per block, and one block
-            np.testing.assert_array_equal(cpu_path._exact_dense(m, Q, U, UT, idx, budget).view(np.int64), want.view(np.int64))
-            pairs = cpu_path._exact_pairs(m, Q, U, UT, np.repeat(np.arange(9), 13), idx.ravel(), budget)
+            np.testing.assert_array_equal(_exact_dense(m, Q, U, UT, idx, budget).view(np.int64), want.view(np.int64))
+            pairs = _exact_pairs(m, Q, U, UT, np.repeat(np.arange(9), 13), idx.ravel(), budget)
             np.testing.assert_array_equal(pairs.reshape(9, 13).view(np.int64), want.view(np.int64))
         every = m.exact_scores(torch.from_numpy(Q), torch.from_numpy(U)[None]).numpy()
-        np.testing.assert_array_equal(cpu_path._every_pair(metric, Q, UT).view(np.int64), every.view(np.int64))
+        np.testing.assert_array_equal(_every_pair(metric, Q, UT).view(np.int64), every.view(np.int64))
 
 
 def test_row_groups_by_hash_equal_the_byte_sort(monkeypatch):
@@ -429,13 +431,13 @@ def test_selection_helpers_keep_the_tie_rule():
         b, m = int(rng.integers(1, 30)), int(rng.integers(1, 60))
         X = rng.integers(0, 4, (b, m)).astype(np.float64)  # many ties
         c = int(rng.integers(1, m + 1))
-        values, cols = cpu_path._first_columns(X, c)
+        values, cols = _first_columns(X, c)
         order = np.lexsort((np.broadcast_to(np.arange(m), X.shape), X), axis=-1)[:, :c]  # (value, column)
         np.testing.assert_array_equal(np.sort(cols, axis=1), np.sort(order, axis=1))
         assert (np.diff(cols, axis=1) > 0).all()  # columns ascending
         np.testing.assert_array_equal(values, np.take_along_axis(X, cols, 1))
         v32 = (X - 1.5).astype(np.float32)
         v32[:, ::4] = -0.0
-        sv, sc = cpu_path._sorted_by_value(v32, np.broadcast_to(np.arange(m), X.shape) + 7)
+        sv, sc = _sorted_by_value(v32, np.broadcast_to(np.arange(m), X.shape) + 7)
         np.testing.assert_array_equal(sv, np.sort(v32, axis=1))
         np.testing.assert_array_equal(np.take_along_axis(v32, sc - 7, 1), sv)

@@ -1,0 +1,366 @@
+"""Exact scores and the selection under the tie rule, shared by the host kNN paths.
+
+The exact float64 score of a (query, reference) pair, bit for bit
+``metric.exact_scores`` (formed in NumPy for the L2, L1 and L-inf metrics); the
+first K originals of each query row by (exact score, original index) from dense
+or flat candidates (:class:`_Results`); the bounded fallback that scores every
+distinct reference (:func:`_scan`); and the small-search path that scores every
+pair (:func:`_direct_search`). The candidate paths (:mod:`._host_tree`,
+:mod:`._host_gemm`) propose candidates; everything here decides the order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from ...core.distance import EXACT_SUM_CHUNK, Metric
+
+if TYPE_CHECKING:
+    from ._host import _Groups
+
+
+# -- selection under the tie rule -------------------------------------------------------------
+
+def _sort_pairs(rows: np.ndarray, keys: np.ndarray, scores: np.ndarray, n_rows: int):
+    """Flat triples sorted by (row, score, key), and where each row starts.
+
+    Rows of a few entries each are sorted side by side as a padded (rows x width)
+    array (a per-row sort is several times faster than one sort of all triples by
+    three keys); very uneven rows fall back to the flat sort.
+    """
+    counts = np.bincount(rows, minlength=n_rows)
+    start = np.cumsum(counts) - counts
+    width = int(counts.max()) if n_rows else 0
+    if width * n_rows > 4 * len(rows) + 1024:
+        order = np.lexsort((keys, scores, rows))
+        return rows[order], keys[order], scores[order], start
+    order = np.argsort(rows, kind="stable")
+    rows, keys, scores = rows[order], keys[order], scores[order]
+    rank = np.arange(len(rows)) - start[rows]
+    S = np.full((n_rows, width), np.inf)
+    U = np.full((n_rows, width), np.iinfo(np.int64).max)  # padding sorts last
+    S[rows, rank] = scores
+    U[rows, rank] = keys
+    order = np.lexsort((U, S), axis=-1)
+    valid = np.arange(width) < counts[:, None]
+    return rows, np.take_along_axis(U, order, 1)[valid], np.take_along_axis(S, order, 1)[valid], start
+
+
+def _select(rows: np.ndarray, uids: np.ndarray, scores: np.ndarray, n_rows: int, K: int, refs: _Groups):
+    """The first K originals of each row by (exact score, original index).
+
+    ``rows``, ``uids``, ``scores``: flat (row, distinct reference, exact score)
+    triples. Precondition: each row holds every distinct reference whose score is at
+    most the row's K-th original score (more may be there). Returns ``(n_rows, K)``
+    float64 scores and int64 original indices.
+    """
+    rows, uids, scores, row_start = _sort_pairs(rows, uids, scores, n_rows)
+    if refs.identity:  # distinct index = original index: the first K of each row
+        take = row_start[:, None] + np.arange(K)
+        return scores[take], uids[take]
+    counts = np.minimum(refs.counts[uids], K)
+    cum = np.cumsum(counts)
+    before = np.where(row_start > 0, cum[np.maximum(row_start - 1, 0)], 0)
+    within = cum - before[rows]  # originals up to and including this pair, within its row
+    short = within < K
+    kth_pos = row_start + np.bincount(rows[short], minlength=n_rows)
+    kth = scores[kth_pos]
+    less = scores < kth[rows]
+    n_less_pairs = np.bincount(rows[less], minlength=n_rows)
+    n_less = np.bincount(rows[less], weights=counts[less], minlength=n_rows).astype(np.int64)
+    need = K - n_less  # originals still wanted from the references tied at the K-th score
+    tied = scores == kth[rows]
+    tied_rank = np.arange(len(rows)) - (row_start + n_less_pairs)[rows]
+    # distinct rows are numbered by their first original, so among tied ones the first
+    # `need` by number already hold `need` originals below any later one's
+    keep = less | (tied & (tied_rank < need[rows]))
+    rows, uids, scores, counts = rows[keep], uids[keep], scores[keep], counts[keep]
+    take = np.where(scores < kth[rows], counts, np.minimum(counts, need[rows]))
+    pair = np.repeat(np.arange(len(rows)), take)
+    offset = np.arange(len(pair)) - np.repeat(np.cumsum(take) - take, take)
+    orig = refs.members[refs.starts[uids[pair]] + offset]
+    _, orig, e_scores, start = _sort_pairs(rows[pair], orig, scores[pair], n_rows)
+    take_pos = start[:, None] + np.arange(K)
+    return e_scores[take_pos], orig[take_pos]
+
+
+def _kth_scores(S: np.ndarray, uids: np.ndarray, K: int, refs: _Groups, ascending: bool = False) -> np.ndarray:
+    """Per row of dense candidate scores, the score of the K-th original among them.
+
+    ``ascending``: every row of ``S`` is already sorted (no sort here).
+    """
+    if refs.identity:
+        return S[:, K - 1].copy() if ascending else np.partition(S, K - 1, axis=1)[:, K - 1]
+    if not ascending:
+        order = np.argsort(S, axis=1)  # equal scores: any order, the K-th score is the same
+        S, uids = np.take_along_axis(S, order, 1), np.take_along_axis(uids, order, 1)
+    counts = np.minimum(refs.counts[uids], K)
+    pos = (np.cumsum(counts, axis=1) < K).sum(1)
+    return S[np.arange(S.shape[0]), np.minimum(pos, S.shape[1] - 1)]
+
+
+# -- exact scores -------------------------------------------------------------------------------
+
+# Metrics whose exact scores are formed here in NumPy, bit for bit ``metric.exact_scores``: the
+# per-feature terms ((x_f - y_f)^2 or |x_f - y_f|; y - x squares and abs()es to the same value)
+# summed left to right within each EXACT_SUM_CHUNK features and the chunk sums left to right,
+# one IEEE operation per term and per addition as in the torch form (no contraction, no
+# reordering); chebyshev's largest term (a maximum is exact in any order). Cosine and inner
+# product (a contiguous torch reduction above 16 features) keep the torch form.
+_NUMPY_EXACT = ("euclidean", "sqeuclidean", "manhattan", "chebyshev")
+# Terms per NumPy block (features x pairs): a few MiB of temporaries, whose passes stay in the cache
+_EXACT_BLOCK_TERMS = 1 << 19
+
+
+def _reduce_terms(name: str, G: np.ndarray) -> np.ndarray:
+    """Exact scores from the per-feature differences ``G`` (features first; overwritten)."""
+    if name in ("manhattan", "chebyshev"):
+        np.abs(G, out=G)
+    else:
+        np.multiply(G, G, out=G)
+    if name == "chebyshev":
+        return G.max(0)
+    d = G.shape[0]
+    total = None
+    for c0 in range(0, d, EXACT_SUM_CHUNK):
+        c1 = min(d, c0 + EXACT_SUM_CHUNK)
+        part = G[c0] if c1 - c0 == 1 else np.add(G[c0], G[c0 + 1])
+        for f in range(c0 + 2, c1):
+            part += G[f]
+        total = part if total is None else np.add(total, part, out=total)
+    return total
+
+
+def _every_pair(name: str, Q64: np.ndarray, UT: np.ndarray) -> np.ndarray:
+    """Exact scores of every query row of ``Q64`` against every reference column of ``UT`` (feature-major): (b, n).
+
+    The order of :func:`_reduce_terms`, accumulated feature by feature into (b, n)
+    buffers (they stay in the cache where a (features, b, n) array of terms would not).
+    """
+    b, d = Q64.shape
+    n = UT.shape[1]
+    total = np.empty((b, n))
+    part = np.empty((b, n)) if d > EXACT_SUM_CHUNK else None
+    term = np.empty((b, n)) if d > 1 else None
+    combine = np.maximum if name == "chebyshev" else np.add
+    for c0 in range(0, d, EXACT_SUM_CHUNK):
+        acc = total if c0 == 0 else part
+        for f in range(c0, min(d, c0 + EXACT_SUM_CHUNK)):
+            out = acc if f == c0 else term
+            np.subtract(UT[f], Q64[:, f, None], out=out)
+            if name in ("manhattan", "chebyshev"):
+                np.abs(out, out=out)
+            else:
+                np.multiply(out, out, out=out)
+            if f > c0:
+                combine(acc, term, out=acc)
+        if c0 > 0:
+            combine(total, part, out=total)
+    return total
+
+
+def _feature_major(metric: Metric, U64: np.ndarray) -> np.ndarray | None:
+    """The references feature by feature (float64) for the NumPy exact scores, or None (torch form)."""
+    return np.ascontiguousarray(U64.T) if metric.name in _NUMPY_EXACT else None
+
+
+def _pairs_per_chunk(d: int, budget_bytes: int) -> int:
+    """Pairs scored per call: temporaries of a few MiB (the chunk sums' strided passes stay in the cache)."""
+    width = -(-d // 16) * 16 + 4
+    return max(1, min(budget_bytes // (4 * width * 8), (1 << 20) // width))
+
+
+def _numpy_pairs_per_block(d: int, budget_bytes: int) -> int:
+    return max(1, min(budget_bytes // (2 * 8 * d), _EXACT_BLOCK_TERMS // d))
+
+
+def _exact_pairs(metric: Metric, Q64: np.ndarray, U64: np.ndarray, UT: np.ndarray | None, rows: np.ndarray,
+                 uids: np.ndarray, budget_bytes: int) -> np.ndarray:
+    """``metric.exact_scores`` (float64) of flat (query row, distinct reference) pairs.
+
+    Each pair is scored as its own (1 x d) problem, whose value ``exact_scores``
+    fixes by the pair alone, whatever the chunk. ``UT``: :func:`_feature_major`'s copy.
+    """
+    out = np.empty(len(rows))
+    if UT is not None:
+        step = _numpy_pairs_per_block(Q64.shape[1], budget_bytes)
+        for s0 in range(0, len(rows), step):
+            G = np.take(UT, uids[s0 : s0 + step], axis=1)
+            G -= Q64[rows[s0 : s0 + step]].T
+            out[s0 : s0 + step] = _reduce_terms(metric.name, G)
+        return out
+    step = _pairs_per_chunk(Q64.shape[1], budget_bytes)
+    for s0 in range(0, len(rows), step):
+        Q = torch.from_numpy(Q64[rows[s0 : s0 + step]])
+        Y = torch.from_numpy(U64[uids[s0 : s0 + step]])[:, None, :]
+        out[s0 : s0 + step] = metric.exact_scores(Q, Y)[:, 0].numpy()
+    return out
+
+
+def _exact_dense(metric: Metric, Q64: np.ndarray, U64: np.ndarray, UT: np.ndarray | None, idx: np.ndarray,
+                 budget_bytes: int) -> np.ndarray:
+    """``metric.exact_scores`` (float64) of query ``Q64[i]`` against references ``idx[i, j]``: (b, w).
+
+    ``UT``: :func:`_feature_major`'s copy of the references (NumPy exact scores), else None.
+    """
+    b, w = idx.shape
+    out = np.empty((b, w))
+    if b == 0 or w == 0:
+        return out
+    if UT is not None:
+        step = max(1, _numpy_pairs_per_block(Q64.shape[1], budget_bytes) // w)
+        for s0 in range(0, b, step):
+            G = np.take(UT, idx[s0 : s0 + step], axis=1)  # (features, rows, candidates)
+            G -= Q64[s0 : s0 + step].T[:, :, None]
+            out[s0 : s0 + step] = _reduce_terms(metric.name, G)
+        return out
+    step = max(1, _pairs_per_chunk(Q64.shape[1], budget_bytes) // w)
+    for s0 in range(0, b, step):
+        S = metric.exact_scores(torch.from_numpy(Q64[s0 : s0 + step]), torch.from_numpy(U64[idx[s0 : s0 + step]]))
+        out[s0 : s0 + step] = S.numpy()
+    return out
+
+
+def _by_width(counts: np.ndarray, rows: np.ndarray):
+    """``rows`` (with ``counts`` candidates each, ascending first) as (rows, width) groups to score.
+
+    Rows needing few candidates (most) are scored apart from the few with near
+    ties, whose longer lists would otherwise set the width of all.
+    """
+    if not rows.size:
+        return []
+    narrow = int(np.min(counts)) + 1
+    few = counts <= narrow
+    groups = [(rows[few], narrow)] if few.all() else [(rows[few], narrow), (rows[~few], int(counts.max()))]
+    return [(r, w) for r, w in groups if r.size]
+
+
+def _rows_per_block(budget_bytes: int, per_row: int, limit: int) -> int:
+    return max(1, min(limit, budget_bytes // max(1, per_row)))
+
+
+class _Results:
+    """The first K originals of each distinct query row, gathered from dense or flat candidates.
+
+    Every row handed in holds every distinct reference whose exact score is at most
+    the row's K-th original score (and at least K originals). Blocks of rows may be
+    handed in from several threads (disjoint rows).
+    """
+
+    def __init__(self, n_rows: int, K: int, refs: _Groups):
+        self.K, self.refs = K, refs
+        self.scores = np.empty((n_rows, K))
+        self.index = np.empty((n_rows, K), dtype=np.int64)
+        self.flat = []
+
+    def dense(self, rows: np.ndarray, idx: np.ndarray, S: np.ndarray, ascending: bool = False) -> None:
+        """Rows with their candidates ``idx`` (distinct references) and exact scores ``S``, (b, w).
+
+        ``ascending``: each row of ``idx`` is in increasing order (then a stable sort
+        by score alone orders ties by index).
+        """
+        if not rows.size:
+            return
+        single = None
+        if not self.refs.identity:  # rows whose candidates all stand for one original each
+            single = (self.refs.counts[idx] == 1).all(1)
+            many = ~single
+            if many.any():
+                S_m, idx_m = S[many], idx[many]
+                keep = S_m <= _kth_scores(S_m, idx_m, self.K, self.refs)[:, None]
+                self.flat.append((np.repeat(rows[many], keep.sum(1)), idx_m[keep], S_m[keep]))
+                rows, idx, S = rows[single], idx[single], S[single]
+                if not rows.size:
+                    return
+        # each candidate is one original: sort each row by (score, original index)
+        orig = idx if single is None else self.refs.first[idx]  # first[] is increasing: the order of idx
+        order = (np.argsort(S, axis=1, kind="stable") if ascending else np.lexsort((orig, S), axis=-1))[:, : self.K]
+        self.scores[rows] = np.take_along_axis(S, order, 1)
+        self.index[rows] = np.take_along_axis(orig, order, 1)
+
+    def pairs(self, rows: np.ndarray, uids: np.ndarray, scores: np.ndarray) -> None:
+        self.flat.append((rows, uids, scores))
+
+    def result(self):
+        if self.flat:
+            rows, uids, scores = (np.concatenate(part) for part in zip(*self.flat))
+            present, compact = np.unique(rows, return_inverse=True)
+            self.scores[present], self.index[present] = _select(compact.reshape(-1), uids.astype(np.int64, copy=False),
+                                                                scores, present.size, self.K, self.refs)
+        return self.scores, self.index
+
+
+def _scan(results: _Results, rows: np.ndarray, Q64, U64, UT, metric: Metric, budget_bytes: int) -> None:
+    """Rows answered from the exact scores of every distinct reference (the bounded fallback)."""
+    n_u = U64.shape[0]
+    step = _rows_per_block(budget_bytes, 4 * n_u * (U64.shape[1] + 16) * 8, max(1, rows.size))
+    everything = np.arange(n_u)
+    for s0 in range(0, rows.size, step):
+        chunk = rows[s0 : s0 + step]
+        if UT is not None:
+            S = _every_pair(metric.name, Q64[chunk], UT)
+        else:
+            S = metric.exact_scores(torch.from_numpy(Q64[chunk]), torch.from_numpy(U64)[None]).numpy()
+        results.dense(chunk, np.broadcast_to(everything, S.shape), S, ascending=True)
+
+
+# -- small searches: every pair (below _host.DIRECT_MAX_TERMS) ------------------------------------
+
+# Pairs scored per block (three float64 buffers of this many scores stay in the cache)
+_DIRECT_BLOCK_SCORES = 1 << 16
+
+
+def _direct_search(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric, budget_bytes: int):
+    """The first K references of each query row by (exact score, index), from the exact scores of every pair.
+
+    ``metric`` one of _NUMPY_EXACT, every reference row distinct or searched as its
+    own (identity groups). Returns (n_q, K) float64 scores and int64 indices.
+    """
+    n_q, d = Qu.shape
+    n_u = U.shape[0]
+    UT = np.ascontiguousarray(U.T)
+    scores = np.empty((n_q, K))
+    index = np.empty((n_q, K), dtype=np.int64)
+    step = max(1, min(_DIRECT_BLOCK_SCORES, budget_bytes // 32) // n_u)
+    for s0 in range(0, n_q, step):
+        S = _every_pair(metric.name, Qu[s0 : s0 + step], UT)
+        # the K smallest of each row, ties at the K-th to the lowest columns, the columns ascending:
+        # a stable sort by score alone then orders them by (score, index)
+        values, cols = _first_columns(S, K)
+        order = np.argsort(values, axis=1, kind="stable")
+        scores[s0 : s0 + step] = np.take_along_axis(values, order, 1)
+        index[s0 : s0 + step] = np.take_along_axis(cols, order, 1)
+    return scores, index
+
+
+def _first_columns(X: np.ndarray, c: int):
+    """The ``c`` smallest entries of each row of ``X``: (values, int64 columns), columns ascending.
+
+    Every entry left out is at least the largest kept, and of the entries tied at
+    the largest kept value the lowest columns are kept. NumPy's partition of the
+    values (SIMD) gives each row's ``c``-th smallest value ``t``; the entries below
+    ``t`` and the first at ``t`` make up the ``c``. Several times faster than a
+    top-k (or an argpartition) of a few hundred columns.
+    """
+    b, m = X.shape
+    if c >= m:
+        return X.copy(), np.broadcast_to(np.arange(m), (b, m)).copy()
+    t = np.partition(X, c - 1, axis=1)[:, c - 1 : c]
+    mask = X <= t
+    over = np.flatnonzero(_row_counts(mask) != c)  # entries tied at t beyond the c-th
+    if over.size:
+        sub, t_over = X[over], t[over]
+        below, tied = sub < t_over, sub == t_over
+        room = c - _row_counts(below)
+        mask[over] = below | (tied & (np.cumsum(tied, axis=1) <= room[:, None]))
+    flat = np.flatnonzero(mask)
+    values = X.reshape(-1)[flat].reshape(b, c)
+    return values, flat.reshape(b, c) - (np.arange(b) * m)[:, None]
+
+
+def _row_counts(mask: np.ndarray) -> np.ndarray:
+    """True entries per row of a boolean matrix (a byte sum: twice as fast as count_nonzero along rows)."""
+    return mask.view(np.uint8).sum(1, dtype=np.int64)

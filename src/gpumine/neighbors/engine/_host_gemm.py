@@ -1,0 +1,317 @@
+"""The matrix-product path of the host kNN search: candidates from BLAS products, certified or completed from a band of possible ties.
+
+Products of float32 (data centred at the reference mean) or float64 rows, or
+exact integer products, propose each query's candidates (:class:`_Products`
+bounds how far a product score may be from the exact one); a cheap grouped
+selection (:func:`_smallest`) keeps the smallest product scores. Rows whose
+bound does not certify the candidates take every reference whose product score
+may reach their K-th score; rows whose band is wide are redone with float64
+products, and rows still wide scan every distinct reference (:mod:`._host_exact`).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+
+from ...core.distance import Metric
+from ._host_exact import (_by_width, _exact_dense, _exact_pairs, _feature_major, _first_columns, _kth_scores, _Results,
+                          _row_counts, _rows_per_block, _scan)
+from ._host_threads import _PARALLEL_MIN_GEMM, _run_blocks, _split
+
+_U32 = 2.0**-24
+_U64 = 2.0**-53
+
+
+class _Products:
+    """Reference rows for the products, and how far a product score can be from the exact one.
+
+    ``offset[i] + (Q @ YT + bias)[i, j]`` approximates the exact score of query i
+    and reference j, in float32 or float64. L2 is centred at the reference mean (no
+    cancellation far from the origin), except for integers small enough that the
+    products are exact: in float32 (``exact32``), else in float64 (``exact64``;
+    then only float64 products run). Reference columns are padded to a multiple of
+    8 per selection level with a bias of +inf, so the selection needs no tail.
+    """
+
+    def __init__(self, metric: Metric, U: np.ndarray, Qu: np.ndarray, c: int):
+        self.name = metric.name
+        n_u, self.d = U.shape
+        self.l2 = self.name in ("euclidean", "sqeuclidean")
+        largest = _integer_magnitude(U, Qu) if self.l2 or self.name == "inner_product" else None
+        # integer L2 partial sums stay below 4 d M^2, inner products below d M^2
+        bits = None if largest is None else 4.0 * self.d * largest * largest
+        self.exact32 = bits is not None and bits < 2.0**24
+        self.exact64 = bits is not None and bits < 2.0**53
+        self.centre = U.mean(0) if self.l2 and not self.exact64 else None
+        Y, ynorm = self._rows(U)
+        self.levels = _select_levels(n_u, c)
+        step = _GROUP**self.levels
+        self.n_pad = -(-n_u // step) * step
+        YT = np.zeros((self.d, self.n_pad))
+        YT[:, :n_u] = (-2.0 * Y if self.l2 else -Y).T
+        bias = np.full(self.n_pad, np.inf)
+        bias[:n_u] = (Y * Y).sum(1) if self.l2 else 0.0
+        self.YT64, self.bias64 = torch.from_numpy(YT), torch.from_numpy(bias)
+        self.YT32 = self.bias32 = None
+        if not self.exact64 or self.exact32:  # float32 products run
+            self.YT32 = torch.from_numpy(YT.astype(np.float32))
+            bias32 = bias.copy()
+            if self.l2:  # the squared norms of the rows the products see
+                Y32 = Y.astype(np.float32).astype(np.float64)
+                bias32[:n_u] = (Y32 * Y32).sum(1)
+            self.bias32 = torch.from_numpy(bias32.astype(np.float32))
+        self.max_norm = float(ynorm.max()) if self.name == "inner_product" else 0.0
+
+    def _rows(self, X: np.ndarray):
+        if self.centre is not None:
+            return X - self.centre, None
+        norm = np.sqrt((X * X).sum(1))
+        if self.name == "cosine":
+            return X / np.where(norm > 0, norm, 1.0)[:, None], norm
+        return X, norm
+
+    def passes(self):
+        """The precisions to try in turn (float64: True)."""
+        if self.exact32:
+            return (False,)
+        return (True,) if self.exact64 else (False, True)
+
+    def query(self, Q: np.ndarray):
+        """Query rows (float64), per-row offset, and the per-row scale of the error bound."""
+        rows, norm = self._rows(Q)
+        if self.l2:
+            sq = (rows * rows).sum(1)
+            return rows, sq, sq
+        if self.name == "cosine":
+            return rows, np.ones(len(Q)), np.ones(len(Q))
+        return rows, np.zeros(len(Q)), norm * self.max_norm
+
+    def gamma(self, float64: bool) -> float:
+        """Relative error of one product score: the rounding of both rows (the data may be
+        float64, products float32) and of the d-term sums, 2 (d + 6) units, doubled."""
+        if self.exact32 or (float64 and self.exact64):
+            return 0.0
+        return 4.0 * (self.d + 6) * (_U64 if float64 else _U32)
+
+    def scores(self, Q: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        if out.dtype == torch.float64:
+            return torch.addmm(self.bias64, Q, self.YT64, out=out)
+        return torch.addmm(self.bias32, Q, self.YT32, out=out)
+
+    # Bounds on the exact score s of a pair from its product score a (all float64, per row
+    # scale ``q``). L2: |a - s| <= g (|x|^2 + |y|^2) <= g (3 |x|^2 + 2 s), as |y|^2 <=
+    # 2 |x|^2 + 2 |x - y|^2 (centred rows): relative to the query's own norm and the
+    # distance, not to the largest reference. Cosine: g |x| |y| <= g for unit rows (2 g
+    # with the normalisation). Inner product: g |x| max |y|.
+    def lower(self, a, q, g):
+        if self.l2:
+            return (a - 3.0 * g * q) / (1.0 + 2.0 * g)
+        return a - 2.0 * g * q
+
+    def upper(self, a, q, g):
+        if self.l2:
+            return (a + 3.0 * g * q) / (1.0 - 2.0 * g)
+        return a + 2.0 * g * q
+
+    def reach(self, s, q, g):
+        """The largest product score a pair of exact score at most ``s`` can have."""
+        if self.l2:
+            return s * (1.0 + 2.0 * g) + 3.0 * g * q
+        return s + 2.0 * g * q
+
+
+def _integer_magnitude(U: np.ndarray, Q: np.ndarray) -> float | None:
+    """The largest magnitude of the rows when every value is an integer, else None."""
+    if U.size and not (np.array_equal(U[0], np.round(U[0])) and np.array_equal(Q[0], np.round(Q[0]))):
+        return None  # the first row tells for most data
+    if not (np.array_equal(U, np.round(U)) and (Q is U or np.array_equal(Q, np.round(Q)))):
+        return None
+    return max(float(np.abs(U).max()), float(np.abs(Q).max())) if U.size else 0.0
+
+
+_GROUP = 8
+# _smallest's top-k runs on at most this many columns (or 16 c): a top-k costs a few ns per
+# column and row, the group minima a fraction of that
+_DIRECT_COLUMNS = 1024
+
+
+def _select_levels(n: int, c: int) -> int:
+    """How many times _smallest groups ``n`` columns by eight before its top-k."""
+    levels = 0
+    while n > max(16 * c, _DIRECT_COLUMNS):
+        n = -(-n // _GROUP)
+        levels += 1
+    return levels
+
+
+def _smallest(A: torch.Tensor, c: int, levels: int):
+    """The ``c`` smallest entries of each row of ``A`` (any order): NumPy (values, int64 columns).
+
+    Every entry left out is at least the largest value kept. The columns (a
+    multiple of ``8 ** levels``) are cut into 8 strided groups (column ``g + j *
+    n_groups`` in group ``g``) and the group minima taken, ``levels`` times over;
+    the selection runs on the last minima, then inside the ``c`` chosen groups of each
+    level down: its ``c`` groups of smallest minimum hold the ``c`` smallest entries
+    below them, and every group left out has a minimum at least the largest kept.
+    """
+    b = A.shape[0]
+    tiers = [A]
+    for _ in range(levels):
+        top = tiers[-1]
+        tiers.append(top.view(b, _GROUP, top.shape[1] // _GROUP).amin(1))
+    values, cols = _first_columns(tiers[-1].numpy(), c)
+    for tier in reversed(tiers[:-1]):
+        n_groups = tier.shape[1] // _GROUP
+        members = (cols[:, :, None] + np.arange(_GROUP) * n_groups).reshape(b, -1)
+        values, pos = _first_columns(np.take_along_axis(tier.numpy(), members, 1), c)
+        cols = np.take_along_axis(members, pos, 1)
+    return values, cols
+
+
+def _sorted_by_value(values: np.ndarray, cols: np.ndarray):
+    """Each row of ``values`` ascending, ``cols`` alongside (ties in any order).
+
+    float32 values and their columns are packed into one 64-bit key (the value's
+    bits mapped to an unsigned order, the column below) and sorted as integers:
+    about half the time of an argsort and two gathers.
+    """
+    if values.dtype != np.float32 or values.shape[1] == 0 or int(cols.max()) >= 1 << 32:
+        order = np.argsort(values, axis=1)
+        return np.take_along_axis(values, order, 1), np.take_along_axis(cols, order, 1)
+    bits = values.view(np.uint32)
+    negative = bits >= np.uint32(1 << 31)
+    key = np.where(negative, ~bits, bits | np.uint32(1 << 31)).astype(np.uint64) << np.uint64(32)
+    key |= cols.astype(np.uint64)
+    key.sort(axis=1)
+    high = (key >> np.uint64(32)).astype(np.uint32)
+    bits = np.where(high >= np.uint32(1 << 31), high & np.uint32((1 << 31) - 1), ~high)
+    return bits.view(np.float32), (key & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
+# Candidates per query from the products beyond the K needed.
+GEMM_MARGIN = 8
+# A failed row whose band of possible ties holds more than this many references per
+# needed neighbour is left to float64 products, then to an exact scan.
+_BAND_PER_NEIGHBOUR = 64
+# Query rows per product block: _GEMM_ROWS, up to 4x as many while a block holds at most
+# _GEMM_BLOCK_SCORES scores (which, and the selection's passes over them, stay in the cache)
+_GEMM_ROWS = 512
+_GEMM_BLOCK_SCORES = 1 << 21
+# A float32 pass hands its remaining rows to float64 products once a block has more than
+# this share of wide rows (the data's float32 bound is too loose to certify).
+_WIDE_SHARE = 0.25
+
+
+def _gemm_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, prod=None):
+    """Candidates from products, certified or completed from a band of possible ties, then exact scores."""
+    if prod is None:
+        prod = _Products(metric, U, Qu, min(U.shape[0], K + GEMM_MARGIN))
+    Q, offset, scale = prod.query(Qu)
+    results = _Results(Qu.shape[0], K, refs)
+    UT = _feature_major(metric, U)
+    wide = np.arange(Qu.shape[0])
+    for float64 in prod.passes():
+        if not wide.size:
+            break
+        wide = _gemm_pass(prod, Q, offset, scale, wide, float64, Qu, U, UT, metric, results, budget_bytes, counters,
+                          workers)
+    counters["rows_exact_scan"] += wide.size
+    _scan(results, wide, Qu, U, UT, metric, budget_bytes)
+    return results.result()
+
+
+def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, results, budget_bytes, counters, workers):
+    """Settle the query rows ``rows_in`` from float32 or float64 products; returns the rows left wide."""
+    n_u = U.shape[0]
+    K = results.K
+    c = min(n_u, K + GEMM_MARGIN)
+    g = prod.gamma(float64)
+    dtype = torch.float64 if float64 else torch.float32
+    itemsize = 8 if float64 else 4
+    block = _rows_per_block(budget_bytes, (itemsize + 2) * prod.n_pad, min(4 * _GEMM_ROWS, max(_GEMM_ROWS, _GEMM_BLOCK_SCORES // prod.n_pad)))
+    Qt = torch.from_numpy(Q if float64 else Q.astype(np.float32))
+    all_rows = rows_in.size == Q.shape[0] and np.array_equal(rows_in, np.arange(rows_in.size))  # blocks are slices
+    local = threading.local()
+    give_up = threading.Event()  # float32: the bound is too loose, float64 takes the rest
+
+    def work(span):
+        rows = rows_in[span[0] : span[1]]
+        if give_up.is_set():
+            return rows, 0
+        b = rows.size
+        if getattr(local, "buffer", None) is None:
+            local.buffer = torch.empty((block, prod.n_pad), dtype=dtype)
+        A = prod.scores(Qt[span[0] : span[1]] if all_rows else Qt[torch.from_numpy(rows)], local.buffer[:b])
+        values, cols = _sorted_by_value(*_smallest(A, c, prod.levels))
+        q, off = scale[rows], offset[rows]
+        approx = values.astype(np.float64) + off[:, None]  # ascending: adding one value per row keeps the order
+        kth = prod.upper(_kth_scores(approx, cols, K, results.refs, ascending=True), q, g)  # at least the exact K-th score
+        reach = prod.reach(kth, q, g)  # product scores of pairs that may score up to it
+        if c >= n_u:
+            certified = np.ones(b, dtype=bool)
+        else:  # what was left out has a product score of at least the largest kept one
+            certified = prod.lower(approx[:, -1], q, g) > kth
+        cert = np.flatnonzero(certified)
+        for part, width in _by_width((approx[cert] <= reach[cert, None]).sum(1), cert):
+            if g == 0.0:  # exact products (integers: every partial sum exact, in any order) are exact_scores' values
+                results.dense(rows[part], cols[part, :width], approx[part, :width])
+            else:
+                cand = np.sort(cols[part, :width], axis=1)
+                results.dense(rows[part], cand, _exact_dense(metric, Qu[rows[part]], U, UT, cand, budget_bytes),
+                              ascending=True)
+        open_rows = np.flatnonzero(~certified)
+        if not open_rows.size:
+            return rows[:0], 0
+        if 4 * open_rows.size >= b:  # many: the band of the whole block (no copy of the open rows; the others reach none)
+            limit = np.full(b, -np.inf)
+            limit[open_rows] = (reach - off)[open_rows]
+            (r, u, a), too_wide = _band(A.numpy(), limit, g == 0.0, c, _BAND_PER_NEIGHBOUR * K)
+        else:
+            (r, u, a), too_wide = _band(A.numpy()[open_rows], (reach - off)[open_rows], g == 0.0, c,
+                                        _BAND_PER_NEIGHBOUR * K)
+            r, too_wide = open_rows[r], open_rows[too_wide]
+        S = a + off[r] if g == 0.0 else _exact_pairs(metric, Qu, U, UT, rows[r], u, budget_bytes)
+        results.pairs(rows[r], u, S)
+        if not float64 and too_wide.size > _WIDE_SHARE * b:
+            give_up.set()
+        return rows[too_wide], open_rows.size
+
+    if rows_in.size * prod.n_pad * prod.d < _PARALLEL_MIN_GEMM:
+        workers = 1
+    done = _run_blocks(work, _split(rows_in.size, block, workers), workers)
+    counters["rows_tie_complete"] += sum(n for _, n in done)
+    return np.concatenate([w for w, _ in done])
+
+
+def _band(A: np.ndarray, limit: np.ndarray, exact: bool, c: int, cap: int):
+    """Entries (row, column, product score) each row of ``A`` may need, and the rows too wide.
+
+    ``limit``: per row, the largest product score that may belong to the K nearest.
+    Exact products (integers): every column below the limit and the first ``c``
+    columns at it (a tie at the K-th score is settled by the lowest distinct
+    references). Else every column up to the limit, rows with more than ``cap``
+    of them left to the caller.
+    """
+    lim = limit.astype(A.dtype)[:, None]  # rounded to nearest, as the product scores
+    if exact:
+        r_lt, u_lt = _nonzero(A < lim)
+        r_eq, u_eq = _nonzero(A == lim)
+        keep = np.arange(len(r_eq)) - np.searchsorted(r_eq, r_eq) < c
+        rows = np.concatenate([r_lt, r_eq[keep]])
+        cols = np.concatenate([u_lt, u_eq[keep]]).astype(np.int64)
+        return (rows, cols, A[rows, cols].astype(np.float64)), np.zeros(0, dtype=np.int64)
+    # one step up: a score that rounds onto the limit still counts
+    mask = A <= np.nextafter(lim, A.dtype.type(np.inf))
+    narrow = _row_counts(mask) <= cap
+    r, u = _nonzero(mask if narrow.all() else mask[narrow])
+    return (np.flatnonzero(narrow)[r], u, None), np.flatnonzero(~narrow)
+
+
+def _nonzero(mask: np.ndarray):
+    """np.nonzero of a boolean matrix (rows, columns: int64, row-major), from the flat positions (several times faster)."""
+    flat = np.flatnonzero(mask)
+    rows = flat // max(1, mask.shape[1])
+    return rows, flat - rows * mask.shape[1]
