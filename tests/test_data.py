@@ -14,7 +14,7 @@ import pytest
 
 from gpumine import datasets, io
 from gpumine.datasets import _datasets, _paths
-from gpumine.io import _readers, _writers
+from gpumine.io import _delimited, _writers
 from gpumine.utils import _atomic
 
 # --------------------------------------------------------------------------
@@ -145,7 +145,7 @@ def test_ragged_rows_name_the_line(tmp_path):
 def test_ragged_row_line_numbers_across_blocks(tmp_path, monkeypatch):
     # Tiny blocks exercise the block boundaries of the vectorised scan; the
     # quoted line forces the per-line path for its block.
-    monkeypatch.setattr(_readers, "_BLOCK_BYTES", 7)
+    monkeypatch.setattr(_delimited, "_BLOCK_BYTES", 7)
     lines = ["1,2,3"] * 40 + ['"4",5,6', "", "7,8,9"] + ["1,2,3"] * 10 + ["1,2"]
     path = write(tmp_path / "b.csv", "\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=rf"line {len(lines)}: found 2 fields"):
@@ -664,7 +664,7 @@ def test_a_wide_numeric_file_reads_in_one_conversion(tmp_path):
 def test_very_wide_files_read_as_the_pandas_path_reads_them(tmp_path, monkeypatch, compressed, label_column):
     # past _WIDE_FIELDS columns NumPy's reader takes over; it must give the same arrays
     rng = np.random.default_rng(0)
-    n_fields = _readers._WIDE_FIELDS + 7
+    n_fields = _delimited._WIDE_FIELDS + 7
     values = rng.random((3, n_fields))
     values[:, 0] = [2, 0, 1]
     header = ",".join(f"c{j}" for j in range(n_fields)) + "\n"
@@ -672,7 +672,7 @@ def test_very_wide_files_read_as_the_pandas_path_reads_them(tmp_path, monkeypatc
     path = tmp_path / "wide.csv"
     path.write_bytes(gzip.compress(text.encode()) if compressed else text.encode())
     wide = io.read_csv(path, label_column=label_column)
-    monkeypatch.setattr(_readers, "_WIDE_FIELDS", 10**9)  # the pandas path
+    monkeypatch.setattr(_delimited, "_WIDE_FIELDS", 10**9)  # the pandas path
     narrow = io.read_csv(path, label_column=label_column)
     if label_column is None:
         np.testing.assert_array_equal(wide, narrow)
@@ -683,7 +683,7 @@ def test_very_wide_files_read_as_the_pandas_path_reads_them(tmp_path, monkeypatc
 
 
 def test_a_very_wide_file_with_a_bad_cell_still_names_its_line_and_column(tmp_path):
-    n_fields = _readers._WIDE_FIELDS + 1
+    n_fields = _delimited._WIDE_FIELDS + 1
     row = ["1.5"] * n_fields
     row[4000] = "oops"
     (tmp_path / "w.csv").write_text(",".join(["0.5"] * n_fields) + "\n" + ",".join(row) + "\n")
