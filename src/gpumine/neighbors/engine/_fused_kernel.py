@@ -375,6 +375,79 @@ def split_tf32x3(Q: torch.Tensor, R: torch.Tensor, ref_bias: torch.Tensor | None
 SPLIT_CHUNK_ROWS = 1 << 22
 
 
+def _check_fused_arguments(Q: torch.Tensor, R: torch.Tensor, c: int, metric_name: str, precision: str | None) -> int:
+    """:func:`fused_candidates`' argument checks; returns ``C``, ``c`` rounded up to a power of two."""
+    if triton is None:
+        raise ValueError("the fused kNN kernel needs the 'triton' package; use backend='torch'")
+    if Q.dtype != torch.float32 or R.dtype != torch.float32:
+        raise ValueError("the fused kNN kernel computes in float32; use backend='torch' for float64 data")
+    if metric_name not in FUSED_METRICS:
+        raise ValueError(f"metric {metric_name!r} has no fused kernel; use backend='torch'")
+    if Q.shape[1] != R.shape[1]:
+        raise ValueError(f"Q has {Q.shape[1]} features but R has {R.shape[1]}")
+    C = _next_pow2(max(c, 2))
+    if precision not in (None, "tf32x3", "ieee", "tf32", "bf16"):
+        raise ValueError(f"precision must be 'tf32x3', 'ieee', 'tf32' or 'bf16'; got {precision!r}")
+    if C > MAX_FUSED_CANDIDATES:
+        raise ValueError(f"c={c} exceeds the fused kernel's register budget ({MAX_FUSED_CANDIDATES}); use backend='torch'")
+    return C
+
+
+def _prepare_operands(Q: torch.Tensor, R: torch.Tensor, C: int, metric_name: str, prepared: bool, ref_offset: int,
+                      exclude_self: bool, self_offset: int, precision: str | None, block_k: int | None,
+                      ref_bias: torch.Tensor | None, self_cols: torch.Tensor | None, anchors: torch.Tensor | None):
+    """:func:`fused_candidates`' operands as its kernel reads them, and the launch's fixed settings.
+
+    The score kind; dot-scored rows in the split TF32 form, with the reference
+    bias as a last feature where the features are few, or as they are,
+    row-major and aligned; difference-scored rows feature-major. The queries'
+    own reference rows (``self_cols``) where self-pairs are skipped, the
+    default launch shape, and the dot's step and tail width.
+    """
+    n_query, d = Q.shape
+    n_ref = R.shape[0]
+    score = _score_kind(metric_name, prepared, d)
+    if ref_bias is not None and (score != _SCORE_DOT or ref_bias.shape != (n_ref,) or ref_bias.dtype != torch.float32):
+        raise ValueError("ref_bias must be a float32 vector with one entry per reference, for dot-product scoring")
+    precision = precision or DOT_PRECISION
+    bm, bn, warps = default_blocks(d, C, score)
+    if score == _SCORE_DOT:
+        width = split_form_width(d, ref_bias is not None) if precision == "tf32x3" and block_k is None else None
+        if width is not None:
+            Q, R = split_tf32x3(Q, R, ref_bias, width)
+            ref_bias, precision, d, block_k = None, "tf32", width, width
+        elif ref_bias is not None and d < BIAS_MIN_FEATURES:
+            Q = torch.cat([Q, Q.new_ones((n_query, 1))], 1)
+            R = torch.cat([R, ref_bias[:, None]], 1)
+            ref_bias, d = None, d + 1
+    tail = 0
+    if score == _SCORE_DOT and block_k is None and ONE_STEP_WIDTH < d <= ONE_STEP_WIDTH + MAX_DOT_TAIL:
+        block_k, tail = ONE_STEP_WIDTH, d - ONE_STEP_WIDTH
+    if score == _SCORE_DOT:
+        Q, R = _aligned_rows(Q), _aligned_rows(R)  # row-major: a tile is a (rows x features) block
+        q_strides, r_strides = (Q.stride(0), 1), (R.stride(0), 1)
+    else:
+        # feature-major copies make each feature's column a contiguous, coalesced load
+        QT, RT = Q.T.contiguous(), R.T.contiguous()
+        # with d == 1 the transpose is a view of the caller's (possibly NumPy-backed)
+        # memory; the kernel only reads it, but the CPU interpreter wants resizable storage
+        Q = QT.clone() if QT.data_ptr() == Q.data_ptr() else QT
+        R = RT.clone() if RT.data_ptr() == R.data_ptr() else RT
+        q_strides, r_strides = (1, Q.stride(0)), (1, R.stride(0))
+    exclude_self = exclude_self or self_cols is not None
+    if self_cols is None and exclude_self:
+        self_cols = torch.arange(n_query, device=Q.device) + (self_offset - ref_offset)
+    if self_cols is not None:
+        if self_cols.shape != (n_query,):
+            raise ValueError(f"self_cols must hold one reference row per query ({n_query}); got shape {tuple(self_cols.shape)}")
+        self_cols = torch.where((self_cols >= 0) & (self_cols < n_ref), self_cols, -1).to(torch.int32)
+    if anchors is not None and anchors.shape != (n_query,):
+        raise ValueError(f"anchors must hold one reference row per query ({n_query}); got shape {tuple(anchors.shape)}")
+    block_k = block_k or default_block_k(d)
+    return (Q, R, ref_bias, precision, d, block_k, tail, score, (bm, bn, warps), q_strides, r_strides, exclude_self,
+            self_cols)
+
+
 def fused_candidates(
     Q: torch.Tensor,
     R: torch.Tensor,
@@ -450,59 +523,11 @@ def fused_candidates(
     scores, index : (n_query, C) float32 and int64, ascending by (score, index);
         missing entries are ``(+inf, -1)``.
     """
-    if triton is None:
-        raise ValueError("the fused kNN kernel needs the 'triton' package; use backend='torch'")
-    if Q.dtype != torch.float32 or R.dtype != torch.float32:
-        raise ValueError("the fused kNN kernel computes in float32; use backend='torch' for float64 data")
-    if metric_name not in FUSED_METRICS:
-        raise ValueError(f"metric {metric_name!r} has no fused kernel; use backend='torch'")
-    if Q.shape[1] != R.shape[1]:
-        raise ValueError(f"Q has {Q.shape[1]} features but R has {R.shape[1]}")
-    C = _next_pow2(max(c, 2))
-    if precision not in (None, "tf32x3", "ieee", "tf32", "bf16"):
-        raise ValueError(f"precision must be 'tf32x3', 'ieee', 'tf32' or 'bf16'; got {precision!r}")
-    if C > MAX_FUSED_CANDIDATES:
-        raise ValueError(f"c={c} exceeds the fused kernel's register budget ({MAX_FUSED_CANDIDATES}); use backend='torch'")
-    n_query, d = Q.shape
-    n_ref = R.shape[0]
-    score = _score_kind(metric_name, prepared, d)
-    if ref_bias is not None and (score != _SCORE_DOT or ref_bias.shape != (n_ref,) or ref_bias.dtype != torch.float32):
-        raise ValueError("ref_bias must be a float32 vector with one entry per reference, for dot-product scoring")
-    precision = precision or DOT_PRECISION
-    bm, bn, warps = default_blocks(d, C, score)
-    if score == _SCORE_DOT:
-        width = split_form_width(d, ref_bias is not None) if precision == "tf32x3" and block_k is None else None
-        if width is not None:
-            Q, R = split_tf32x3(Q, R, ref_bias, width)
-            ref_bias, precision, d, block_k = None, "tf32", width, width
-        elif ref_bias is not None and d < BIAS_MIN_FEATURES:
-            Q = torch.cat([Q, Q.new_ones((n_query, 1))], 1)
-            R = torch.cat([R, ref_bias[:, None]], 1)
-            ref_bias, d = None, d + 1
-    tail = 0
-    if score == _SCORE_DOT and block_k is None and ONE_STEP_WIDTH < d <= ONE_STEP_WIDTH + MAX_DOT_TAIL:
-        block_k, tail = ONE_STEP_WIDTH, d - ONE_STEP_WIDTH
-    if score == _SCORE_DOT:
-        Q, R = _aligned_rows(Q), _aligned_rows(R)  # row-major: a tile is a (rows x features) block
-        q_strides, r_strides = (Q.stride(0), 1), (R.stride(0), 1)
-    else:
-        # feature-major copies make each feature's column a contiguous, coalesced load
-        QT, RT = Q.T.contiguous(), R.T.contiguous()
-        # with d == 1 the transpose is a view of the caller's (possibly NumPy-backed)
-        # memory; the kernel only reads it, but the CPU interpreter wants resizable storage
-        Q = QT.clone() if QT.data_ptr() == Q.data_ptr() else QT
-        R = RT.clone() if RT.data_ptr() == R.data_ptr() else RT
-        q_strides, r_strides = (1, Q.stride(0)), (1, R.stride(0))
-    exclude_self = exclude_self or self_cols is not None
-    if self_cols is None and exclude_self:
-        self_cols = torch.arange(n_query, device=Q.device) + (self_offset - ref_offset)
-    if self_cols is not None:
-        if self_cols.shape != (n_query,):
-            raise ValueError(f"self_cols must hold one reference row per query ({n_query}); got shape {tuple(self_cols.shape)}")
-        self_cols = torch.where((self_cols >= 0) & (self_cols < n_ref), self_cols, -1).to(torch.int32)
-    if anchors is not None and anchors.shape != (n_query,):
-        raise ValueError(f"anchors must hold one reference row per query ({n_query}); got shape {tuple(anchors.shape)}")
-    block_k = block_k or default_block_k(d)
+    C = _check_fused_arguments(Q, R, c, metric_name, precision)
+    n_query, n_ref = Q.shape[0], R.shape[0]
+    (Q, R, ref_bias, precision, d, block_k, tail, score, (bm, bn, warps), q_strides, r_strides, exclude_self,
+     self_cols) = _prepare_operands(Q, R, C, metric_name, prepared, ref_offset, exclude_self, self_offset, precision,
+                                    block_k, ref_bias, self_cols, anchors)
 
     def launch(block_m: int, block_n: int, num_warps: int):
         if score == _SCORE_DOT:
