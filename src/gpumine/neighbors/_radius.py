@@ -53,20 +53,23 @@ def radius_search(ref: torch.Tensor, query: torch.Tensor, radius: float, metric:
     if n_query == 0 or ref.shape[0] == 0:
         return np.zeros(n_query + 1, np.int64), np.zeros(0, np.int64), np.zeros(0)
     on_host = device.type == "cpu" and ref.device.type == "cpu"
+    ordered = False  # rows by (query, distance, index)
     if on_host and metric.name in _TREE_P and ref.shape[1] <= _TREE_MAX_FEATURES:
         rows, cols = _tree_candidates(ref, query, radius, metric)
         dist = _pair_distances(ref, query, rows, cols, metric, budget_bytes)
         keep = dist <= radius
         rows, cols, dist = rows[keep], cols[keep], dist[keep]
     elif _prefilter_applies(ref, query, radius, metric, device):
-        rows, cols, dist = _prefiltered(ref, query, radius, metric, device, budget_bytes)
+        rows, cols, dist = _prefiltered(ref, query, radius, metric, device, budget_bytes)  # already ordered
+        ordered = True
     else:
         rows, cols, dist = _tiled(ref, query, radius, metric, device, budget_bytes)
     if exclude_self:
         own = rows == cols
         rows, cols, dist = rows[~own], cols[~own], dist[~own]
-    order = np.lexsort((cols, dist, rows))
-    rows, cols, dist = rows[order], cols[order], dist[order]
+    if not ordered:
+        order = np.lexsort((cols, dist, rows))
+        rows, cols, dist = rows[order], cols[order], dist[order]
     indptr = np.zeros(n_query + 1, np.int64)
     np.cumsum(np.bincount(rows, minlength=n_query), out=indptr[1:])
     return indptr, cols, dist
@@ -181,7 +184,12 @@ def _prefiltered(ref, query, radius, metric, device, budget_bytes):
         scores = metric.exact_scores(Q[r].to(torch.float64), R[c].to(torch.float64).unsqueeze(1))[:, 0]
         dist[s0 : s0 + step] = _distance64(metric, scores)
     keep = dist <= radius
-    return rows[keep].cpu().numpy(), cols[keep].cpu().numpy(), dist[keep].cpu().numpy()
+    rows, cols, dist = rows[keep], cols[keep], dist[keep]
+    # ordered by (query, distance, index) here: stable sorts by the last key first, as np.lexsort
+    for key in (1, 2, 0):
+        order = torch.sort((rows, cols, dist)[key], stable=True).indices
+        rows, cols, dist = rows[order], cols[order], dist[order]
+    return rows.cpu().numpy(), cols.cpu().numpy(), dist.cpu().numpy()
 
 
 def _tiled(ref, query, radius, metric, device, budget_bytes):
