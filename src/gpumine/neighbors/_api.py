@@ -11,8 +11,7 @@ from ..config import resolve_device, working_memory_bytes
 from ..core.distance import check_precision, get_metric
 from ..core.tiles import fits_on_device, same_device
 from ._metrics_extra import EXTRA_METRICS, check_backend, extra_kneighbors, is_extra_metric, make_extra_form
-from .engine import choose_backend, knn_search, search_with_graph, smallest_nonzero_magnitude
-from .engine._host_summary import summarise_on_device
+from .engine import choose_backend, knn_search, search_with_graph, smallest_nonzero_magnitude, summarise_on_device
 
 __all__ = ["kneighbors", "tune_knn"]
 
@@ -30,7 +29,7 @@ def _to_device_checked(arrays: dict, device: torch.device):
     the engine's range scaling needs, behind a single host wait. On the host,
     NumPy's isfinite, min and max of the physics search's 12,000 + 32,768 rows
     x 65 took nearly a third of the search. Host data too large to copy is
-    summarised in one pass through the GPU (:mod:`.engine._host_summary`): the
+    summarised in one pass through the GPU (``engine._host_summary``): the
     search then reads its facts instead of the host data.
     """
     moved, extremes, host_ends = {}, [], []

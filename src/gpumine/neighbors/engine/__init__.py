@@ -14,7 +14,10 @@ torch twins):
   tile engine (candidates per tile of references, merged top-k, re-rank with
   exact scores, certificate, retries for rows it cannot certify).
 * ``_host``: searches on the CPU (a KD-tree or BLAS products with a cheap
-  selection, then exact float64 scores).
+  selection, then exact float64 scores): the chooser and duplicate rows, with
+  ``_host_tree`` (the KD-tree), ``_host_gemm`` (matrix products),
+  ``_host_exact`` (exact scores, selection under the tie rule) and
+  ``_host_threads`` (thread pool and blocks).
 * ``_dense``: L2 searches on a GPU from one product per block of queries, a
   float64 re-score of the candidates and a radius pass for rows with ties.
 * ``_exact_select`` / ``_exact_select_kernel``: large L2 searches at few
@@ -35,10 +38,11 @@ torch twins):
 from ._exact_tile_kernel import exact_tile_available, scores_within, scores_within_torch
 from ._fused_tuning import tuning
 from ._graphs import clear_search_graphs, search_with_graph
+from ._host_summary import summarise_on_device
 from ._magnitude import smallest_nonzero_magnitude
 from ._plan import SearchPlan, choose_backend, fused_unsupported, plan_search
 from ._search import knn_search
 
 __all__ = ["knn_search", "SearchPlan", "plan_search", "choose_backend", "fused_unsupported", "search_with_graph",
            "clear_search_graphs", "smallest_nonzero_magnitude", "tuning", "scores_within", "scores_within_torch",
-           "exact_tile_available"]
+           "exact_tile_available", "summarise_on_device"]
