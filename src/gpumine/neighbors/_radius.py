@@ -56,7 +56,7 @@ def radius_search(ref: torch.Tensor, query: torch.Tensor, radius: float, metric:
     ordered = False  # rows by (query, distance, index)
     if on_host and metric.name in _TREE_P and ref.shape[1] <= _TREE_MAX_FEATURES:
         rows, cols = _tree_candidates(ref, query, radius, metric)
-        dist = _pair_distances(ref, query, rows, cols, metric, budget_bytes)
+        dist = _pair_distances(ref, query, torch.from_numpy(rows), torch.from_numpy(cols), metric, budget_bytes).numpy()
         keep = dist <= radius
         rows, cols, dist = rows[keep], cols[keep], dist[keep]
     elif _prefilter_applies(ref, query, radius, metric, device):
@@ -95,16 +95,13 @@ def _tree_candidates(ref, query, radius, metric):
 
 
 def _pair_distances(ref, query, rows, cols, metric, budget_bytes):
-    out = np.empty(len(rows))
-    d = ref.shape[1]
-    step = max(1, budget_bytes // (8 * 4 * (d + 16)))
-    R64 = ref.to(torch.float64)
-    Q64 = R64 if query is ref else query.to(torch.float64)
-    for s0 in range(0, len(rows), step):
-        r = torch.from_numpy(rows[s0 : s0 + step])
-        c = torch.from_numpy(cols[s0 : s0 + step])
-        scores = metric.exact_scores(Q64[r], R64[c].unsqueeze(1))[:, 0]
-        out[s0 : s0 + step] = _distance64(metric, scores).numpy()
+    """float64 exact distances of the pairs (``query[rows[i]]``, ``ref[cols[i]]``), a tensor beside ``rows``."""
+    out = torch.empty(rows.shape[0], dtype=torch.float64, device=rows.device)
+    step = max(1, budget_bytes // (8 * 4 * (ref.shape[1] + 16)))
+    for s0 in range(0, rows.shape[0], step):
+        r, c = rows[s0 : s0 + step], cols[s0 : s0 + step]
+        scores = metric.exact_scores(query[r].to(torch.float64), ref[c].to(torch.float64).unsqueeze(1))[:, 0]
+        out[s0 : s0 + step] = _distance64(metric, scores)
     return out
 
 
@@ -168,8 +165,9 @@ def _prefiltered(ref, query, radius, metric, device, budget_bytes):
         found_cols.append(index[qi[keep], slot[keep]].long())
         if full.numel():
             cap = int(count[full].max())
-            for f0 in range(0, full.numel(), max(1, budget_bytes // (8 * cap * 4))):
-                part = full[f0 : f0 + max(1, budget_bytes // (8 * cap * 4))]
+            step = max(1, budget_bytes // (8 * cap * 4))
+            for f0 in range(0, full.numel(), step):
+                part = full[f0 : f0 + step]
                 _, index, _ = scores_within(QT[:, q0 + part], RT, threshold[part], cap, metric.name)
                 pi, slot = (index >= 0).nonzero(as_tuple=True)
                 found_rows.append(part[pi] + q0)
@@ -177,12 +175,7 @@ def _prefiltered(ref, query, radius, metric, device, budget_bytes):
     rows = torch.cat(found_rows) if found_rows else torch.zeros(0, dtype=torch.int64, device=device)
     cols = torch.cat(found_cols) if found_cols else torch.zeros(0, dtype=torch.int64, device=device)
     # the float64 exact distances of the candidates decide (as _tiled's of every pair would)
-    dist = torch.empty(rows.shape[0], dtype=torch.float64, device=device)
-    step = max(1, budget_bytes // (8 * 4 * (d + 16)))
-    for s0 in range(0, rows.shape[0], step):
-        r, c = rows[s0 : s0 + step], cols[s0 : s0 + step]
-        scores = metric.exact_scores(Q[r].to(torch.float64), R[c].to(torch.float64).unsqueeze(1))[:, 0]
-        dist[s0 : s0 + step] = _distance64(metric, scores)
+    dist = _pair_distances(R, Q, rows, cols, metric, budget_bytes)
     keep = dist <= radius
     rows, cols, dist = rows[keep], cols[keep], dist[keep]
     # ordered by (query, distance, index) here: stable sorts by the last key first, as np.lexsort

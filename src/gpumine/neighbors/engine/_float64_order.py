@@ -20,8 +20,8 @@ import torch
 
 from ...core.distance import Metric
 from ...core.tiles import iter_row_chunks
-
 from ._host_summary import summary_of
+
 __all__ = ["FLOAT64_ORDER_METRICS", "float32_scores_exact", "exact_for_range", "needs_float64_order", "rescore", "certified_rows",
            "Float64Tiles"]
 
