@@ -366,7 +366,7 @@ _BENCH_MOVED = ("gpumine bench: error: benchmarks live in the repository's bench
 _BUILTIN_COMMANDS = ("knn", "info", "demo")
 # Which module registers which command, so that a run imports only its own command's module:
 # importing them all costs pandas (counting) and the kNN engine with Triton (outliers) before
-# `gpumine stream` can start reading. tests/test_cli.py checks this table against register().
+# `gpumine stream` can start reading. tests/cli/test_commands.py checks this table against register().
 _COMMAND_MODULES = {
     "outliers": "gpumine.outliers._distance_cli",
     "lof": "gpumine.outliers._lof_cli",

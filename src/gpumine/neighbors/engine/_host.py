@@ -32,7 +32,7 @@ row is accepted only when nothing they left out can reach its k-th score
 Exact scores in NumPy. For euclidean, sqeuclidean, manhattan and chebyshev the
 exact scores are formed in NumPy from a feature-major float64 copy of the
 references, in ``exact_scores``' order bit for bit (one IEEE operation per term
-and per addition, no contraction; tests/test_cpu_search.py compares them);
+and per addition, no contraction; tests/neighbors/engine/test_host_search.py compares them);
 cosine and inner product keep the torch form. Small torch operations cost
 5-10 us each and a NumPy pass over a few thousand values a fraction of that.
 
@@ -52,7 +52,7 @@ tree, within the product bound on the products; small integers, whose products
 are exact, only need the first k tied references). For all-equal data,
 duplicate blocks, integer grids and clustered data far from the origin this
 stays within a small constant factor of uniform random data of the same shape
-(tests/test_cpu_search.py checks the ratio). It grows only where many distinct
+(tests/neighbors/engine/test_host_search.py checks the ratio). It grows only where many distinct
 references are (nearly) equidistant from many queries, e.g. points on a circle
 queried from its axis, and is then at most one exact scan of the distinct
 references per such query (the cost of an exact brute force for those rows).

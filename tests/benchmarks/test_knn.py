@@ -14,7 +14,7 @@ import torch
 
 from benchmarks import knn as bench_knn
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REQUIRED_FIELDS = {"experiment", "n_ref", "n_query", "d", "k", "impl", "seconds", "recall", "ratio_vs_torch", "note"}
 
 

@@ -21,7 +21,7 @@ from gpumine.stream._sources import iter_records
 from gpumine.stream._streaming import StreamingLOF, load_detector
 from gpumine.stream._synthetic import make_drifting_stream
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
        "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 CMD = [sys.executable, "-m", "gpumine.stream"]

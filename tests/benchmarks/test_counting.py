@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "counting.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "counting.py"
 SMALL = dict(sizes=(3000, 60), target=2000)
 
 

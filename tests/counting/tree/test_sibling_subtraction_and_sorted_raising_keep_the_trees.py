@@ -3,7 +3,7 @@
 Without sample weights and missing values every count is a whole number and every row follows one path. The
 growth then derives a child's count table as its parent's minus its siblings' (on CPU devices), and subtree
 raising keeps the rows sorted by leaf instead of routing them level by level. Both must give the trees of the
-general paths bit for bit: against the node-by-node recursion of ``test_c45_vectorised_raising_equals_the_j48_recursion``, with the
+general paths bit for bit: against the node-by-node recursion of ``test_subtree_raising_equals_the_j48_recursion``, with the
 subtraction switched off, and with the rows' leaves routed on the host instead of taken from the growth. The
 growth must wait for the device a fixed number of times per depth (what costs on a GPU).
 """
@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode
 
 from gpumine.counting.tree import C45Classifier, _encoding, _growth
 from gpumine.datasets import make_poker_hands
-from test_c45_vectorised_raising_equals_the_j48_recursion import _assert_same, _fit
+from tests.counting.tree.test_subtree_raising_equals_the_j48_recursion import _assert_same, _fit
 
 
 def _whole_dataset(seed):
@@ -80,7 +80,7 @@ def test_rows_routed_on_the_host_equal_the_growths_leaves(monkeypatch):
 
 @pytest.mark.parametrize("case", ["poker", "poker_nominal", "mixed", "mixed_missing", "weighted", "bitmap"])
 def test_sibling_subtraction_leaves_the_tree_unchanged(monkeypatch, case):
-    from test_c45_batched_split_search_equals_per_attribute import _mixed_data
+    from tests.counting.tree.test_split_search_equals_the_per_attribute_search import _mixed_data
 
     w = None
     kw = dict(device="cpu", min_samples_leaf=1)

@@ -11,7 +11,7 @@ import pytest
 
 from gpumine.counting import C45Classifier
 
-FIXTURES = Path(__file__).parent / "counting" / "j48_fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "j48_fixtures"
 NAMES = ["weather", "poker300", "synth_nominal", "synth_numeric_missing"]
 
 

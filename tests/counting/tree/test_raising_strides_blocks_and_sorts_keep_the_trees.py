@@ -4,7 +4,7 @@ The routing down the largest branches takes several steps between drops of the r
 itself), bounded by the nodes' initial heights, in blocks of rows; the leaf estimates come from one table-backed
 function, in blocks of rows, that also returns the rows' sums; the rows are sorted by leaf with torch's stable
 sort when there are many, and their codes padded to rows NumPy copies as one item when they are narrow enough.
-Trees must equal the node-by-node recursion of ``test_c45_vectorised_raising_equals_the_j48_recursion`` bit for bit whatever the stride, the
+Trees must equal the node-by-node recursion of ``test_subtree_raising_equals_the_j48_recursion`` bit for bit whatever the stride, the
 block sizes and the sort, on numeric, nominal and mixed data, with rows padded or not.
 """
 
@@ -13,8 +13,8 @@ import pytest
 
 from gpumine.counting.tree import _estimates, _pruning_whole
 from gpumine.counting.tree._estimates import _WholeEstimates, _add_errors_exact
-from test_c45_vectorised_raising_equals_the_j48_recursion import _assert_same, _fit
-from test_c45_whole_count_paths_equal_the_general_ones import _whole_dataset
+from tests.counting.tree.test_subtree_raising_equals_the_j48_recursion import _assert_same, _fit
+from tests.counting.tree.test_sibling_subtraction_and_sorted_raising_keep_the_trees import _whole_dataset
 
 
 @pytest.mark.parametrize("cf", [0.1, 0.25, 0.5])

@@ -13,17 +13,17 @@ pytest.importorskip("triton")
 
 
 def _run_interpreted(marks: str, timeout: int, cases: str = "triton_knn_cases.py") -> None:
-    here = Path(__file__).parent
+    here = Path(__file__).resolve().parent
     env = dict(os.environ, TRITON_INTERPRET="1")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", marks, str(here / cases)],
-        capture_output=True, text=True, env=env, cwd=here.parent, timeout=timeout,
+        capture_output=True, text=True, env=env, cwd=here.parents[2], timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
 on_gpu_natively = pytest.mark.skipif(torch.cuda.is_available(),
-                                     reason="on a GPU the cases run natively: pytest tests/triton_knn_cases.py")
+                                     reason="on a GPU the cases run natively: pytest tests/neighbors/engine/triton_knn_cases.py")
 
 
 @on_gpu_natively

@@ -19,8 +19,8 @@ dd = pytest.importorskip("dask.dataframe")
 from gpumine import distributed as gd  # noqa: E402
 from gpumine.counting import C45Classifier  # noqa: E402
 from gpumine.data import load_covtype_sample  # noqa: E402
-from test_c45_whole_count_paths_equal_the_general_ones import _whole_dataset  # noqa: E402
-from test_counting_c45_weka import FIXTURES, _read_arff  # noqa: E402
+from tests.counting.tree.test_sibling_subtraction_and_sorted_raising_keep_the_trees import _whole_dataset  # noqa: E402
+from tests.counting.tree.test_trees_equal_weka_j48 import FIXTURES, _read_arff  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ pytest.importorskip("distributed")
 
 from benchmarks import distributed as bench  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_phases_put_worker_times_on_the_host_clock_and_find_the_gaps():

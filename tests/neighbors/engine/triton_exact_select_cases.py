@@ -1,7 +1,7 @@
 """Exact-selection Triton kernel vs its torch twin and a float64 NumPy oracle.
 
-Collected directly on a GPU machine (``pytest tests/triton_exact_select_cases.py``),
-and run by ``test_triton_knn.py`` in a child process with ``TRITON_INTERPRET=1``
+Collected directly on a GPU machine (``pytest tests/neighbors/engine/triton_exact_select_cases.py``),
+and run by ``test_triton_kernels_under_the_interpreter.py`` in a child process with ``TRITON_INTERPRET=1``
 on machines without one (small shapes: the interpreter is slow).
 """
 

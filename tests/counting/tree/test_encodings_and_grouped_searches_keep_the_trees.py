@@ -22,7 +22,7 @@ from gpumine.counting.tree._encoding import _Columns
 from gpumine.counting.tree._split_search import _LnfTable
 from gpumine.counting._ops import level_offsets
 from gpumine.datasets import make_poker_hands
-from test_c45_vectorised_raising_equals_the_j48_recursion import _assert_same
+from tests.counting.tree.test_subtree_raising_equals_the_j48_recursion import _assert_same
 
 
 def _frame(seed, n=3000, missing=True):

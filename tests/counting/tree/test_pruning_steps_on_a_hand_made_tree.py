@@ -28,7 +28,7 @@ from gpumine.counting.tree._pruning import (
     prune_replacement,
 )
 from gpumine.counting.tree._pruning_whole import prune_raising_whole
-from test_c45_vectorised_raising_equals_the_j48_recursion import _reference_prune_raising
+from tests.counting.tree.test_subtree_raising_equals_the_j48_recursion import _reference_prune_raising
 
 NOMINAL = np.array([True, False])
 

@@ -1,7 +1,7 @@
 """Fused Triton kNN kernel vs its torch twin.
 
-Collected directly on a GPU machine (``pytest tests/triton_knn_cases.py``), and
-run by ``test_triton_knn.py`` in a child process with ``TRITON_INTERPRET=1``
+Collected directly on a GPU machine (``pytest tests/neighbors/engine/triton_knn_cases.py``), and
+run by ``test_triton_kernels_under_the_interpreter.py`` in a child process with ``TRITON_INTERPRET=1``
 on machines without one (small shapes: the interpreter is slow).
 """
 
