@@ -11,6 +11,7 @@ test extra), against mlxtend itself.
 """
 
 import inspect
+import time
 from itertools import combinations
 
 import numpy as np
@@ -277,6 +278,32 @@ def test_row_order_is_apriori_order():
     theirs = frequent_patterns.apriori(table, min_support=0.15)
     assert [tuple(sorted(s)) for s in ours["itemsets"]] == [tuple(sorted(s)) for s in theirs["itemsets"]]
     assert_array_equal(ours["support"], theirs["support"])
+
+
+def test_wide_sparse_table_within_mlxtend_time_bound():
+    # mlxtend's fpgrowth must mine a 10,000 x 400 table of mostly rare items at min_support=0.01
+    # within 5 seconds; the same bound here, with the result checked against the table
+    rng = np.random.default_rng(7)
+    n, m = 10_000, 400
+    rates = np.r_[rng.uniform(1e-4, 9e-3, 360), rng.uniform(0.01, 0.1, 24), rng.uniform(0.1, 0.65, 16)]
+    values = rng.random((n, m)) < rates
+    table = pd.DataFrame(values, columns=[f"feature_{j:04d}" for j in range(m)])
+    start = time.perf_counter()
+    result = _mine(table, 0.01)
+    assert time.perf_counter() - start < 5
+    assert len(result) > 1000 and result["itemsets"].map(len).max() >= 3
+    # the supports of a sample of the itemsets, and every frequent item and pair, from the table
+    sample = rng.choice(len(result), 200, replace=False)
+    supports = [values[:, sorted(s)].all(axis=1).mean() for s in result["itemsets"].iloc[sample]]
+    assert_array_equal(result["support"].iloc[sample], supports)
+    singles = values.mean(axis=0) >= 0.01
+    found_singles = set(result["itemsets"][result["itemsets"].map(len) == 1])
+    assert found_singles == {frozenset([j]) for j in np.flatnonzero(singles)}
+    frequent = np.flatnonzero(singles)
+    pair_counts = values[:, frequent].T.astype(np.int64) @ values[:, frequent].astype(np.int64)
+    i, j = np.nonzero(np.triu(pair_counts >= 0.01 * n, k=1))
+    assert set(result["itemsets"][result["itemsets"].map(len) == 2]) == {
+        frozenset([frequent[a], frequent[b]]) for a, b in zip(i, j)}
 
 
 # -- association rules ---------------------------------------------------------------------------------------
