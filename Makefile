@@ -26,7 +26,9 @@ test-gpu:
 bench-knn:
 	$(PYTHON) -m benchmarks.knn --out benchmarks/results/knn.json --markdown benchmarks/results/knn.md
 
-# the Sphinx site in docs/_build/html (warnings are errors); needs the docs extra
+# the Sphinx site in docs/_build/html (warnings are errors); needs the docs extra (Sphinx,
+# sphinx-gallery, matplotlib). It runs every script of docs/examples on the CPU for the gallery
+# (docs/auto_examples, generated); a failing example stops the build.
 .PHONY: docs
 docs: install-core
 	$(PYTHON) -m pip install -q -e ".[docs]"

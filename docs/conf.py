@@ -6,6 +6,11 @@ generated from the docstrings by autosummary (stub pages in ``docs/api/generated
 not kept in git) and the command-line reference from the argparse parsers by the
 ``gpumine-cli`` directive of ``docs/_ext/gpumine_cli.py``.
 
+The gallery (``docs/auto_examples``, generated, not kept in git) is built by
+sphinx-gallery from the scripts in ``docs/examples``: every script runs during the
+build (on the CPU; ``GPUMINE_DOCS_DEVICE=cuda`` runs them on a GPU), its output and
+figures go into its page, and an error in one stops the build.
+
 Intersphinx links to NumPy, scikit-learn, PyTorch, pandas and Python need the
 network; they are off by default (the build then works offline) and on with
 ``GPUMINE_DOCS_INTERSPHINX=1``.
@@ -39,11 +44,13 @@ extensions = [
     "sphinx.ext.doctest",
     "sphinx.ext.intersphinx",
     "sphinx.ext.viewcode",
+    "sphinx_gallery.gen_gallery",
     "gpumine_cli",
 ]
 
 templates_path = ["_templates"]
-exclude_patterns = ["_build"]
+# examples/ holds the gallery's sources; sphinx-gallery writes their pages into auto_examples/
+exclude_patterns = ["_build", "examples"]
 root_doc = "index"
 smartquotes = False  # "--label-column" in generated text stays two hyphens, quotes stay straight
 default_role = "literal"  # `x` in the guides is code, never a broken cross-reference
@@ -70,6 +77,27 @@ doctest_test_doctest_blocks = ""
 doctest_global_setup = """
 import numpy as np
 """
+
+# -- the example gallery (sphinx-gallery) ---------------------------------------------------
+# Callables are named by their qualified names (docs/_ext/gpumine_gallery.py): Sphinx pickles
+# its configuration, and functions defined here would not pickle.
+sphinx_gallery_conf = {
+    "examples_dirs": "examples",
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"\.py$",  # every example runs during the build, not only plot_*.py
+    "within_subsection_order": "gpumine_gallery.ExampleOrder",  # the user guide's order
+    "reset_argv": "gpumine_gallery.reset_argv",  # each example's command line: --device cpu
+    "abort_on_example_error": True,  # a failed example (or a failed check in one) stops the build
+    "only_warn_on_example_error": False,
+    "plot_gallery": "True",
+    "image_scrapers": ("matplotlib",),
+    "doc_module": ("gpumine",),  # names of gpumine in the examples' code link to the API reference
+    "backreferences_dir": "auto_examples/backreferences",  # what the guides' minigallery directives read
+    "remove_config_comments": True,
+    "write_computation_times": False,  # no sg_execution_times.rst pages in the source tree
+    "download_all_examples": False,  # each page has its own .py and .ipynb downloads
+    "show_memory": False,  # no Binder or JupyterLite links either (their defaults): the build needs no network
+}
 
 # -- intersphinx (network; opt-in) ---------------------------------------------------------
 intersphinx_mapping = {}

@@ -1,13 +1,19 @@
 """The documentation in docs/: its examples run, its API reference and CLI reference are complete.
 
-* Every script in ``docs/examples`` runs on the CPU and exits 0. The fast tier runs
-  them all in one subprocess (one interpreter start and one import of torch and
-  scikit-learn for all of them); the ``slow`` tier runs each as its own script.
+* Every script in ``docs/examples`` runs on the CPU, exits 0 and draws at least one
+  matplotlib figure. The fast tier runs them all in one subprocess (one interpreter
+  start and one import of torch and scikit-learn for all of them); the ``slow`` tier
+  runs each as its own script and has it write its figures.
+* ``docs/examples`` is a sphinx-gallery gallery: a header page, and each script a
+  title block and ``# %%`` cells; each is linked from a page of the user guide.
 * Every public name (the ``__all__`` of each documented package) has an entry in the
   API reference (``docs/api/*.rst``), and every ``gpumine`` sub-command a
   ``gpumine-cli`` directive in ``docs/cli.rst``, so neither reference can go stale.
 * The Sphinx build itself with warnings as errors, in the CI tier (the test extra
-  installs Sphinx; skipped without it), and, ``slow``, the doctest blocks of the guides.
+  installs Sphinx and sphinx-gallery; skipped without them): it runs every example
+  (unless unchanged since the last build of this checkout: sphinx-gallery keeps their
+  results in ``docs/auto_examples``), and the site must hold a page with a figure for
+  each. ``slow``: the doctest blocks of the guides.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 EXAMPLES = sorted((DOCS / "examples").glob("*.py"))
+HAVE_SPHINX = all(importlib.util.find_spec(name) is not None for name in ("sphinx", "sphinx_gallery", "matplotlib"))
 # the packages whose __all__ the API reference documents, and the page of each
 API_PAGES = {
     "gpumine": "gpumine.rst",
@@ -38,9 +45,13 @@ API_PAGES = {
     "gpumine.datasets": "datasets.rst",
 }
 
-# runs each example as __main__ with --device cpu; one JSON line per example on stdout
+# runs each example as __main__ with --device cpu; one JSON line per example on stdout, with the
+# number of matplotlib figures it left open (then closed, so the next example starts with none)
 _DRIVER = r"""
 import contextlib, io, json, runpy, sys, time, traceback
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
 for path in sys.argv[1:]:
     sys.argv = [path, "--device", "cpu"]
     out, code, error = io.StringIO(), 0, None
@@ -52,7 +63,9 @@ for path in sys.argv[1:]:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:
         code, error = 1, traceback.format_exc()
-    print(json.dumps({"path": path, "code": code, "seconds": time.perf_counter() - start,
+    figures = len(plt.get_fignums())
+    plt.close("all")
+    print(json.dumps({"path": path, "code": code, "seconds": time.perf_counter() - start, "figures": figures,
                       "stdout": out.getvalue(), "error": error}), flush=True)
 """
 
@@ -81,20 +94,41 @@ def test_example_runs_on_the_cpu(example, example_runs):
     assert record is not None, f"{example.name} did not run (the driver stopped before it)"
     assert record["code"] == 0, f"{example.name} exited {record['code']}:\n{record['stdout']}\n{record['error'] or ''}"
     assert record["stdout"].strip(), f"{example.name} printed nothing"
+    assert record["figures"] >= 1, f"{example.name} drew no matplotlib figure"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_example_runs_as_a_script(example):
-    proc = subprocess.run([sys.executable, str(example), "--device", "cpu"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=600)
+def test_example_runs_as_a_script(example, tmp_path):
+    proc = subprocess.run([sys.executable, str(example), "--device", "cpu", "--figures", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(tmp_path.glob(f"{example.stem}_*.png")), f"{example.name} --figures wrote no PNG file"
+
+
+# -- the gallery's sources -----------------------------------------------------------------
+def test_the_gallery_has_a_header():
+    headers = [p for p in (DOCS / "examples").glob("*.rst") if p.stem in ("GALLERY_HEADER", "README")]
+    assert headers, "docs/examples needs a GALLERY_HEADER.rst (the gallery's index page)"
+    assert re.search(r"^\.\. _examples:$", headers[0].read_text(), re.M), "the guides link to the label 'examples'"
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_example_is_included_in_the_docs(example):
-    rst = "\n".join(p.read_text() for p in DOCS.rglob("*.rst") if "generated" not in p.parts)
-    assert f"examples/{example.name}" in rst, f"no page includes docs/examples/{example.name}"
+def test_example_is_in_the_gallery_format(example):
+    """A docstring whose first lines are a title underlined with '=', then code cells ('# %%')."""
+    text = example.read_text()
+    title = re.match(r'"""\n(\S.*)\n(=+)\n', text)
+    assert title and len(title.group(2)) >= len(title.group(1)), \
+        f"{example.name}: the docstring must open with a title underlined by '=' (sphinx-gallery's title block)"
+    assert re.search(r"^# %%", text, re.M), f"{example.name}: no '# %%' cell"
+    assert re.search(r"^\s*matplotlib\.use\(\"Agg\"\)", text, re.M), f"{example.name}: as a script, draw with Agg"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_is_linked_from_the_guide(example):
+    rst = "\n".join(p.read_text() for p in (DOCS / "guide").glob("*.rst"))
+    assert f"sphx_glr_auto_examples_{example.stem}.py" in rst, \
+        f"no page of the user guide links to the gallery page of docs/examples/{example.name}"
 
 
 # -- the API reference ---------------------------------------------------------------------
@@ -161,22 +195,32 @@ def test_every_command_has_an_entry_in_the_cli_reference():
     assert not missing, f"docs/cli.rst: add an introduction for {missing} to '.. gpumine-cli-commands::'"
 
 
-# -- the build itself (needs Sphinx: pip install -e '.[docs]') -----------------------------
-def _sphinx(builder: str, out: Path):
-    return subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-E", "-b", builder,
+# -- the build itself (needs Sphinx and sphinx-gallery: pip install -e '.[docs]') ----------
+def _sphinx(builder: str, out: Path, *options: str):
+    return subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-E", *options, "-b", builder,
                            str(DOCS), str(out)], capture_output=True, text=True, cwd=ROOT, timeout=900)
 
 
 # in the CI tier (the test extra installs Sphinx): the site is built with warnings as errors on every run
-@pytest.mark.skipif(importlib.util.find_spec("sphinx") is None, reason="Sphinx is not installed (pip install -e '.[docs]')")
+@pytest.mark.skipif(not HAVE_SPHINX, reason="Sphinx, sphinx-gallery or matplotlib missing (pip install -e '.[docs]')")
 def test_docs_build_without_warnings(tmp_path):
-    proc = _sphinx("html", tmp_path / "html")
+    html = tmp_path / "html"
+    proc = _sphinx("html", html)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    assert (tmp_path / "html" / "index.html").exists()
+    assert (html / "index.html").exists()
+    assert (html / "auto_examples" / "index.html").exists(), "the build made no gallery"
+    for example in EXAMPLES:  # a page per example, showing the first figure the example drew
+        page = html / "auto_examples" / f"{example.stem}.html"
+        assert page.exists(), f"the gallery has no page for {example.name}"
+        figure = f"sphx_glr_{example.stem}_001.png"
+        image = html / "_images" / figure
+        assert image.exists() and image.stat().st_size > 0, f"the gallery has no figure of {example.name}"
+        assert figure in page.read_text(), f"the gallery page of {example.name} shows no figure"
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("sphinx") is None, reason="Sphinx is not installed (pip install -e '.[docs]')")
+@pytest.mark.skipif(not HAVE_SPHINX, reason="Sphinx, sphinx-gallery or matplotlib missing (pip install -e '.[docs]')")
 def test_guide_doctests_pass(tmp_path):
-    proc = _sphinx("doctest", tmp_path / "doctest")
+    # the gallery's pages without running the examples (the html build runs them)
+    proc = _sphinx("doctest", tmp_path / "doctest", "-D", "plot_gallery=0")
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["METRICS", "PRECISIONS", "Metric", "get_metric", "is_engine_metric", "pairwise_distances", "check_precision"]
+__all__ = ["METRICS", "PRECISIONS", "Metric", "get_metric", "is_engine_metric", "pairwise_distances", "check_precision",
+           "sqrt_rounded"]
 
 # Up to this many features, exact scores add the per-feature terms one feature at a time
 # (see Metric.exact_scores_by_feature); above, cosine and inner product take one contiguous
@@ -65,6 +66,21 @@ METRICS = ("euclidean", "sqeuclidean", "manhattan", "chebyshev", "minkowski", "c
 # 7), so their tile scores carry a larger, still bounded error that :meth:`Metric.bounds` adds.
 PRECISIONS = ("exact", "tf32", "bf16")
 _OPERAND_ROUNDOFF = {"exact": 0.0, "tf32": 2.0**-10, "bf16": 2.0**-8}
+
+
+def sqrt_rounded(x: torch.Tensor) -> torch.Tensor:
+    """``sqrt(x)`` correctly rounded to ``x``'s dtype on every device: the distance a float64 reference reports.
+
+    CUDA's ``sqrt`` is IEEE-rounded; torch's vectorised CPU ``sqrt`` is not (it
+    misrounds a share of float32 and float64 inputs by one unit in the last
+    place, depending on the CPU's instruction set), so on the CPU NumPy's
+    (IEEE) square root is used. A new tensor; ``x`` is left as it is.
+    """
+    if x.device.type != "cpu" or x.requires_grad:
+        return torch.sqrt(x)
+    import numpy as np
+
+    return torch.from_numpy(np.sqrt(x.contiguous().numpy()))
 
 
 def check_precision(precision, dtype: torch.dtype | None = None) -> str:
@@ -318,7 +334,7 @@ class Metric:
     def to_distance(self, scores: torch.Tensor) -> torch.Tensor:
         """Turn ranking scores into the distances users see."""
         if self.name == "euclidean":
-            return torch.sqrt(scores)
+            return sqrt_rounded(scores)
         if self.name == "inner_product":
             return -scores  # similarities, largest first (as FAISS IndexFlatIP)
         return scores

@@ -4,17 +4,20 @@ Nothing in gpumine allocates a (queries x references) matrix: work is cut into
 tiles whose temporaries fit ``working_memory``. When data lives in host memory
 and the work runs on a GPU, :func:`iter_row_chunks` copies chunk i+1 through a
 pinned staging buffer on a side stream while the GPU computes on chunk i (the
-CUDA-streams overlap of the CUKNN paper).
+CUDA-streams overlap of the CUKNN paper). Results leave the GPU the other way
+through :func:`copy_to_host`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+import threading
 from typing import Iterator
 
 import torch
 
-__all__ = ["TilePlan", "plan_tiles", "tile_bytes", "iter_row_chunks", "fits_on_device", "same_device"]
+__all__ = ["TilePlan", "plan_tiles", "tile_bytes", "iter_row_chunks", "fits_on_device", "same_device",
+           "copy_to_host"]
 
 _INDEX_BYTES = 8
 
@@ -172,3 +175,53 @@ def _pinned_double_buffer(X: torch.Tensor, chunk_rows: int, device: torch.device
         consumed[slot] = event
         if i + 1 < len(starts):
             issue(i + 1)
+
+
+# Device results bound for host memory cross in pieces of this many bytes through two pinned
+# buffers (kept per GPU): a copy from device memory straight into pageable memory, and one that
+# also changes the dtype, ran several times slower than the staged copy (BENCHMARKS.md, "Design
+# measurements quoted in the code"); smaller results are copied directly.
+HOST_COPY_STAGE_BYTES = 1 << 24
+_host_copy_staging: dict = {}
+_host_copy_lock = threading.Lock()
+
+
+def copy_to_host(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """``dst.copy_(src)`` for a host ``dst`` and a GPU ``src``, fast: the dtype converted on the GPU, the
+    bytes staged through two pinned buffers (the copy of one piece overlaps the host's copy of the last).
+
+    Other devices, and non-contiguous destinations, take ``dst.copy_(src)``. Returns ``dst``.
+    """
+    if src.device.type != "cuda" or dst.device.type != "cpu":
+        return dst.copy_(src)
+    src = src.to(dst.dtype)
+    step = HOST_COPY_STAGE_BYTES // src.element_size()
+    n = src.numel()
+    if n <= step or not dst.is_contiguous():
+        return dst.copy_(src)
+    flat_src, flat_dst = src.contiguous().view(-1), dst.view(-1)
+    stream = torch.cuda.current_stream(src.device)
+    with _host_copy_lock:  # one set of staging buffers per GPU, shared by the threads of a process
+        key = (src.device, src.dtype)
+        staging = _host_copy_staging.get(key)
+        if staging is None:
+            staging = _host_copy_staging[key] = [torch.empty(step, dtype=src.dtype, pin_memory=True) for _ in range(2)]
+        copied = [None, None]
+
+        def issue(i: int) -> None:
+            start = i * step
+            rows = min(step, n - start)
+            staging[i % 2][:rows].copy_(flat_src[start : start + rows], non_blocking=True)
+            copied[i % 2] = torch.cuda.Event()
+            copied[i % 2].record(stream)
+
+        pieces = -(-n // step)
+        issue(0)
+        for i in range(pieces):
+            if i + 1 < pieces:  # its buffer's last piece was copied out on the host before this one
+                issue(i + 1)
+            copied[i % 2].synchronize()
+            start = i * step
+            rows = min(step, n - start)
+            flat_dst[start : start + rows].copy_(staging[i % 2][:rows])
+    return dst

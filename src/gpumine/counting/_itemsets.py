@@ -26,6 +26,8 @@ def transactions_to_bitmaps(transactions, device=None):
     dev = resolve_device(device)
     if isinstance(transactions, pd.DataFrame):
         vals = transactions.to_numpy()
+        if vals.dtype == object:  # bool and 0/1 columns side by side, object or nullable columns
+            vals = _object_onehot(vals)
         _check_onehot(vals)
         labels = list(transactions.columns)
         mat = torch.from_numpy(np.ascontiguousarray(vals.astype(bool)))
@@ -59,10 +61,36 @@ def _check_onehot(vals):
         raise ValueError("a one-hot transaction table must hold booleans or 0/1; got non-numeric values")
     bad = ~np.isin(vals, (0, 1))
     if bad.any():
-        raise ValueError(
-            f"a one-hot transaction table must hold only 0/1 or booleans; found {vals[bad].ravel()[0]!r}. "
-            "Encode baskets with mlxtend's TransactionEncoder or pass a list of baskets"
-        )
+        _raise_not_onehot(vals[bad].ravel()[0])
+
+
+def _raise_not_onehot(value):
+    # the value as the user wrote it: 2, not np.int64(2)
+    shown = value.item() if isinstance(value, np.generic) else value
+    raise ValueError(
+        f"a one-hot transaction table must hold only 0/1 or booleans; found {shown!r}. "
+        "Encode baskets with mlxtend's TransactionEncoder or pass a list of baskets"
+    )
+
+
+def _object_onehot(vals: np.ndarray) -> np.ndarray:
+    """The cells of an object array as booleans, when each is a bool or a number equal to 0 or 1.
+
+    A DataFrame gives an object array when bool and integer columns stand side by
+    side, or for object and pandas' nullable ("boolean", "Int64") columns; mlxtend
+    takes those tables, so they are read cell by cell rather than refused.
+    Missing values (None, NaN, pd.NA) and strings raise.
+    """
+    flat = vals.ravel()
+    number = (bool, int, float, np.bool_, np.integer, np.floating)
+    numeric = np.fromiter((isinstance(v, number) for v in flat), bool, flat.size)
+    if not numeric.all():
+        _raise_not_onehot(flat[~numeric][0])
+    values = flat.astype(np.float64)
+    bad = ~np.isin(values, (0.0, 1.0))
+    if bad.any():
+        _raise_not_onehot(flat[bad][0])
+    return (values == 1.0).reshape(vals.shape)
 
 
 def check_itemset_arguments(min_support, max_len) -> None:
@@ -162,7 +190,8 @@ def frequent_itemsets(transactions, min_support=0.5, *, max_len=None, use_colnam
         for row, c in zip(its.tolist(), cs.tolist()):
             sets.append(frozenset(labels[i] for i in row) if use_colnames else frozenset(row))
             sups.append(c / n)
-    return pd.DataFrame({"support": np.asarray(sups, dtype=np.float64), "itemsets": sets})
+    # an object column even when empty, as mlxtend's (an empty list alone makes pandas choose float64)
+    return pd.DataFrame({"support": np.asarray(sups, dtype=np.float64), "itemsets": pd.Series(sets, dtype=object)})
 
 
 def _join_pairs(items: np.ndarray):

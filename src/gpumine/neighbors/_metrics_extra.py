@@ -54,6 +54,8 @@ import warnings
 import numpy as np
 import torch
 
+from ..core.distance import sqrt_rounded
+
 __all__ = [
     "EXTRA_METRICS",
     "BOOLEAN_METRICS",
@@ -268,7 +270,7 @@ class ExtraMetricForm:
 
     def to_distance(self, rdist: torch.Tensor) -> torch.Tensor:
         if self.name in ("seuclidean", "mahalanobis", "nan_euclidean"):
-            return torch.sqrt(rdist)
+            return sqrt_rounded(rdist)
         if self.name == "haversine":
             return 2.0 * torch.arcsin(torch.sqrt(rdist))
         return rdist

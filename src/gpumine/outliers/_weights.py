@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core.distance import Metric, get_metric
+from ..core.distance import Metric, get_metric, sqrt_rounded
 
 __all__ = ["SUPPORTED_METRICS", "resolve_metric", "PairSpace", "tree_sum"]
 
@@ -217,7 +217,7 @@ class PairSpace:
     def to_distance(self, scores: torch.Tensor) -> torch.Tensor:
         """Distances users see from canonical scores (float64)."""
         if self.name == "euclidean":
-            return torch.sqrt(scores)
+            return sqrt_rounded(scores)
         if self.name == "minkowski":
             return scores.pow(1.0 / self.metric.p)
         return scores

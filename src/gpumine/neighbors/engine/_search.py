@@ -39,7 +39,7 @@ import torch
 from ...utils._progress import Progress
 from ...core.distance import Metric
 from ...core.select import PAD_INDEX
-from ...core.tiles import TilePlan, iter_row_chunks, plan_tiles, same_device, tile_bytes
+from ...core.tiles import TilePlan, copy_to_host, iter_row_chunks, plan_tiles, same_device, tile_bytes
 from ._curve import _curve_applies
 from ._dense import dense_by_size, dense_eligible, dense_search
 from ._exact_select import exact_select_applies, exact_select_preferred, exact_select_search
@@ -214,9 +214,9 @@ def knn_search(
                                       **engine)
     # reported values: the float64 exact scores rounded to the data's dtype where the order is
     # float64 (the nearest float32 to the true score), else the engine's exact scores
-    out_scores.copy_(keys)
-    out_index.copy_(index)
-    return finish_scores(out_scores, metric, as_distance, scale), out_index
+    # distances formed where the keys are (the GPU's IEEE square root), then one staged copy each
+    scores = finish_scores(keys.to(out_scores.dtype), metric, as_distance, scale)
+    return copy_to_host(out_scores, scores), copy_to_host(out_index, index)
 
 
 def _engine_search(ref, query, k, metric, exclude_self, out_scores, out_index, *, device, budget_bytes, verbose, stats, backend,
