@@ -20,7 +20,7 @@ import platform
 import sys
 import time
 
-from ._args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, read_features
+from ._args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, positive_int, read_features
 from ._errors import EXPECTED_ERRORS, explain
 from ._args import label_column as parse_label_column
 
@@ -51,8 +51,12 @@ def _add_knn(sub) -> None:
                         "boolean jaccard, dice, rogerstanimoto, russellrao, sokalsneath, yule (exact brute force); "
                         "seuclidean and mahalanobis need metric_params (Python API)")
     p.add_argument("--p", type=float, default=None, help="power for --metric minkowski")
-    p.add_argument("--task", default="auto", choices=["auto", "classify", "regress", "neighbors"])
-    p.add_argument("--weights", default="uniform", choices=["uniform", "distance"])
+    p.add_argument("--task", default="auto", choices=["auto", "classify", "regress", "neighbors"],
+                   help="classify (majority vote of the neighbours' labels), regress (their mean) or neighbors "
+                        "(write the neighbours); auto (the default): classify with --label-column, else neighbors")
+    p.add_argument("--weights", default="uniform", choices=["uniform", "distance"],
+                   help="vote weights of classify/regress: uniform (the default) or distance (1/distance, so "
+                        "nearer neighbours count more)")
     add_cluster_options(p, what="the references are sharded over its workers; the neighbours are the same")
     p.add_argument("--radius", type=float, default=None, metavar="R",
                    help="every neighbour within distance R instead of the k nearest: neighbours come out one "
@@ -307,7 +311,7 @@ def _run_info(args) -> int:
 # -- demo ------------------------------------------------------------------------------
 def _add_demo(sub) -> None:
     p = sub.add_parser("demo", help="classify a shipped real data sample (Covertype) and time each device")
-    p.add_argument("-k", "--k", type=int, default=5)
+    p.add_argument("-k", "--k", type=positive_int, default=5, help="neighbours per vote (default 5)")
     p.add_argument("--device", action="append", default=None, help="device(s) to time (default: cpu and every GPU)")
     p.set_defaults(func=_run_demo)
 
