@@ -10,17 +10,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 import numpy as np
 import pandas as pd
 
+from ..cli import UsageError  # the command line's one usage error (exit code 2, one line)
 from ..cli._args import add_cluster_options, add_deprecated_alias, add_device_options, add_table_options
 
 __all__ = ["register"]
-
-
-class _UsageError(Exception):
-    pass
 
 
 def _atomic_write_text(path: str, text: str) -> None:
@@ -32,11 +30,11 @@ def _atomic_write_text(path: str, text: str) -> None:
 
 def _read_table(path, no_header, sep):
     if not os.path.exists(path):
-        raise _UsageError(f"file not found: {path}")
+        raise UsageError(f"file not found: {path}")
     try:
         return pd.read_csv(path, header=None if no_header else "infer", sep=sep, skipinitialspace=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise _UsageError(f"cannot read {path} as CSV: {exc}".splitlines()[0]) from None
+        raise UsageError(f"cannot read {path} as CSV: {exc}".splitlines()[0]) from None
 
 
 def _label_column(frame: pd.DataFrame, label: str):
@@ -46,7 +44,7 @@ def _label_column(frame: pd.DataFrame, label: str):
         i = int(label)
         if -frame.shape[1] <= i < frame.shape[1]:
             return frame.columns[i]
-    raise _UsageError(f"label column {label!r} not found; columns are {[str(c) for c in frame.columns][:20]}")
+    raise UsageError(f"label column {label!r} not found; columns are {[str(c) for c in frame.columns][:20]}")
 
 
 def _split(frame, label):
@@ -54,15 +52,20 @@ def _split(frame, label):
     y = frame[col].to_numpy()
     X = frame.drop(columns=[col])
     if X.shape[1] == 0:
-        raise _UsageError("the table has no feature columns besides the label")
+        raise UsageError("the table has no feature columns besides the label")
     if len(y) == 0:
-        raise _UsageError("the training file has no data rows")
+        raise UsageError("the training file has no data rows")
     empty = np.flatnonzero(pd.isna(frame[col]).to_numpy())
     if empty.size:
         # an empty class label is no class: fitting would fail deep inside on mixed float/str labels
-        raise _UsageError(f"label column {str(col)!r} is empty in {empty.size} of {len(y)} training rows (first: row "
+        raise UsageError(f"label column {str(col)!r} is empty in {empty.size} of {len(y)} training rows (first: row "
                           f"{int(empty[0])}, counting data rows from 0); fill in or drop those rows")
     return X, y, col
+
+
+def _warn(args, message: str) -> None:
+    """A warning on stderr in the command line's words, as ``gpumine COMMAND: warning: ...``."""
+    print(f"gpumine {args.command}: warning: {message}", file=sys.stderr)
 
 
 def _too_many_values(X, columns, limit, what, fix):
@@ -70,7 +73,7 @@ def _too_many_values(X, columns, limit, what, fix):
     for c in columns:
         k = int(X[c].nunique(dropna=True))
         if k > limit:
-            raise _UsageError(f"column {str(c)!r} has {k} distinct values, more than the {limit} {what}; {fix}")
+            raise UsageError(f"column {str(c)!r} has {k} distinct values, more than the {limit} {what}; {fix}")
 
 
 def _predictions_text(pred) -> str:
@@ -144,13 +147,14 @@ def register(subparsers) -> None:
 def _guard(fn):
     def wrapper(args):
         name = getattr(args, "command", None) or fn.__name__.replace("_run_", "")
+        args.command = name
         from ..config import config_context
 
         settings = {} if getattr(args, "working_memory", None) is None else {"working_memory": args.working_memory}
         try:
             with config_context(**settings):
                 return fn(args)
-        except _UsageError as exc:
+        except UsageError as exc:
             print(f"gpumine {name}: error: {exc}", file=sys.stderr)
             return 2
         except (ValueError, TypeError, KeyError) as exc:
@@ -173,10 +177,10 @@ def _check_outputs(*paths) -> None:
 
 def _load_train_test(args):
     if getattr(args, "output", None) and not args.test:
-        raise _UsageError("--output writes the predictions for --test; pass --test FILE (or drop --output)")
+        raise UsageError("--output writes the predictions for --test; pass --test FILE (or drop --output)")
     _check_outputs(getattr(args, "output", None))
     if args.label_column is None:
-        raise _UsageError("--label-column is required: the column of --train that holds the class")
+        raise UsageError("--label-column is required: the column of --train that holds the class")
     no_header, sep = args.header == "no", args.delimiter or ","
     train = _read_table(args.train, no_header, sep)
     Xtr, ytr, col = _split(train, str(args.label_column))
@@ -190,7 +194,7 @@ def _load_train_test(args):
         else:
             Xte, yte = test, None
         if list(Xte.columns) != list(Xtr.columns):
-            raise _UsageError("the test file's feature columns differ from the training file's")
+            raise UsageError("the test file's feature columns differ from the training file's")
         test = (Xte, yte)
     return Xtr, ytr, test
 
@@ -236,7 +240,7 @@ def _run_nb(args):
         codes = table.encode(test[0], handle_unknown="ignore")
         if args.handle_unknown == "error" and (codes < 0).any():
             r, j = np.argwhere(codes < 0)[0]
-            raise _UsageError(f"test row {r} has category {test[0].iloc[r, j]!r} in column {Xtr.columns[j]!r} "
+            raise UsageError(f"test row {r} has category {test[0].iloc[r, j]!r} in column {Xtr.columns[j]!r} "
                               "unseen in training; use --handle-unknown ignore")
         unseen = codes < 0
         codes = np.where(unseen, np.asarray(model.n_categories_)[None, :], codes)  # beyond the fitted categories
@@ -258,6 +262,7 @@ def _run_tree(args):
 
     from .tree import C45Classifier
     from .tree._encoding import MAX_NOMINAL_VALUES
+    from .tree._growth import slow_representation_message
 
     Xtr, ytr, test = _load_train_test(args)
     cat = args.categorical
@@ -277,7 +282,7 @@ def _run_tree(args):
             elif tok.lstrip("-").isdigit() and -len(names) <= int(tok) < len(names):
                 cf.append(int(tok) % len(names))
             else:
-                raise _UsageError(f"--categorical names unknown column {tok!r}")
+                raise UsageError(f"--categorical names unknown column {tok!r}")
     nonnum = [j for j, c in enumerate(Xtr.columns) if not pd.api.types.is_numeric_dtype(Xtr[c])]
     if cf is not None and not isinstance(cf, str):
         cf = sorted(set(cf) | set(nonnum))
@@ -292,8 +297,15 @@ def _run_tree(args):
     if scheduler is None and workers is None:
         model = C45Classifier(**params)
         t = time.perf_counter()
-        model.fit(Xtr, ytr)
+        with warnings.catch_warnings():
+            # said below in the command line's words
+            warnings.filterwarnings("ignore", message=r"representation='bit(map|slice)' on the CPU", category=UserWarning)
+            model.fit(Xtr, ytr)
         fit_s = time.perf_counter() - t
+        if slow_representation_message(args.representation, model._device) is not None:
+            _warn(args, f"--representation {args.representation} is several to hundreds of times slower on the CPU than "
+                  "--representation histogram, which grows the same tree; use --representation auto (the default) "
+                  "or histogram")
     else:
         model, fit_s = _fit_tree_on_dask(params, Xtr, ytr, scheduler, workers)
     if not args.no_tree:
@@ -315,7 +327,7 @@ def _fit_tree_on_dask(params, Xtr, ytr, scheduler, workers):
     try:
         from distributed import Client
     except ImportError:
-        raise _UsageError(f"{flag} needs Dask: pip install 'gpumine[dask]'") from None
+        raise UsageError(f"{flag} needs Dask: pip install 'gpumine[dask]'") from None
     from ..distributed import C45Classifier as DaskC45Classifier
 
     with contextlib.ExitStack() as stack:
@@ -346,26 +358,26 @@ def _check_tree_categories(model, Xte):
         unseen = np.flatnonzero((codes >= cols.n_known[j]) & ~_isna(values))
         if unseen.size:
             r = int(unseen[0])
-            raise _UsageError(f"test row {r} has category {values[r]!r} in column {str(c)!r} unseen in training "
+            raise UsageError(f"test row {r} has category {values[r]!r} in column {str(c)!r} unseen in training "
                               f"({unseen.size} such rows); use --handle-unknown missing to treat unseen values as missing")
 
 
 def _read_transactions(args):
     path = args.input
     if not os.path.exists(path):
-        raise _UsageError(f"file not found: {path}")
+        raise UsageError(f"file not found: {path}")
     fmt = args.format
     if fmt in ("auto", "onehot") and (fmt == "onehot" or path.endswith((".csv", ".csv.gz"))):
         try:
             frame = pd.read_csv(path)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise _UsageError(f"cannot read {path} as CSV: {exc}".splitlines()[0]) from None
+            raise UsageError(f"cannot read {path} as CSV: {exc}".splitlines()[0]) from None
         vals = frame.to_numpy()
         ok = vals.dtype == bool or (vals.dtype.kind in "biuf" and np.isin(vals, (0, 1)).all())
         if ok:
             return frame.astype(bool)
         if fmt == "onehot":
-            raise _UsageError("a one-hot CSV must hold only 0/1 (or true/false) values")
+            raise UsageError("a one-hot CSV must hold only 0/1 (or true/false) values")
     import gzip
 
     opener = gzip.open if path.endswith(".gz") else open
@@ -378,7 +390,7 @@ def _read_transactions(args):
             sep = args.item_sep if args.item_sep is not None else ("," if "," in line else None)
             baskets.append([t.strip() for t in line.split(sep) if t.strip()])
     if not baskets:
-        raise _UsageError(f"{path} holds no transactions")
+        raise UsageError(f"{path} holds no transactions")
     return baskets
 
 
