@@ -68,6 +68,39 @@ def _warn(args, message: str) -> None:
     print(f"gpumine {args.command}: warning: {message}", file=sys.stderr)
 
 
+# A categorical column with more distinct values than this share of the rows (and than _MANY_VALUES) is
+# probably continuous or an identifier: nearly every value is a category of its own.
+_VALUE_SHARE = 0.5
+_MANY_VALUES = 20
+
+
+def _continuous_like(X, columns) -> list[tuple[str, str]]:
+    """``(name, why)`` for each of ``columns`` that a categorical model would count value by value to no use:
+    non-integer numbers, or more distinct values than half the rows (and than 20)."""
+    found = []
+    for c in columns:
+        col = X[c]
+        if pd.api.types.is_float_dtype(col):
+            values = col.to_numpy(dtype=np.float64, na_value=np.nan)
+            values = values[np.isfinite(values)]
+            if (values != np.round(values)).any():
+                found.append((str(c), "non-integer numbers"))
+                continue
+        k = int(col.nunique(dropna=True))
+        if k > _MANY_VALUES and k > _VALUE_SHARE * len(col):
+            found.append((str(c), f"{k} distinct values in {len(col)} rows"))
+    return found
+
+
+def _warn_continuous(args, found, what, fix) -> None:
+    """One warning naming the columns :func:`_continuous_like` found."""
+    if not found:
+        return
+    shown = ", ".join(f"{name!r} ({why})" for name, why in found[:5])
+    more = f", ... ({len(found)} columns in all)" if len(found) > 5 else ""
+    _warn(args, f"{'column' if len(found) == 1 else 'columns'} {shown}{more} look continuous: {what}; {fix}")
+
+
 def _too_many_values(X, columns, limit, what, fix):
     """Usage error for the first of ``columns`` with more than ``limit`` distinct values."""
     for c in columns:
@@ -230,6 +263,10 @@ def _run_nb(args):
     Xtr, ytr, test = _load_train_test(args)
     _too_many_values(Xtr, Xtr.columns, MAX_LEVELS, "categories a feature may have",
                      "drop the column from the CSV (an identifier?) or bin its values first")
+    _warn_continuous(args, _continuous_like(Xtr, Xtr.columns),
+                     "Naive Bayes counts every distinct value as a category of its own (a test value unseen in "
+                     "training tells it nothing)",
+                     "bin them into a few ranges first, or use gpumine tree, which splits numeric columns at thresholds")
     table = encode_table(Xtr, ["categorical"] * Xtr.shape[1])
     model = CategoricalNB(alpha=args.alpha, representation=args.representation, device=args.device,
                           backend=args.backend, handle_unknown=args.handle_unknown)
@@ -290,6 +327,12 @@ def _run_tree(args):
     _too_many_values(Xtr, [Xtr.columns[j] for j in nominal], MAX_NOMINAL_VALUES, "values a nominal split may have",
                      "drop the column from the CSV (an identifier?)" +
                      ("" if cat == "auto" else " or leave it out of --categorical if it is numeric"))
+    found = _continuous_like(Xtr, [Xtr.columns[j] for j in nominal])
+    declared = [] if cf is None else {str(Xtr.columns[j]) for j in nominal} - {str(Xtr.columns[j]) for j in nonnum}
+    _warn_continuous(args, found, "the tree splits a categorical column into one branch per value",
+                     ("leave the numeric ones out of --categorical (C4.5 splits numeric columns at thresholds); "
+                      if any(name in declared for name, _ in found) else "") + "bin them into a few ranges, or drop "
+                     "an identifier column")
     params = dict(min_samples_leaf=args.min_samples_leaf, confidence=args.confidence, max_depth=args.max_depth,
                   prune=not args.unpruned, categorical_features=cf, handle_unknown=args.handle_unknown,
                   representation=args.representation, device=args.device, backend=args.backend)
