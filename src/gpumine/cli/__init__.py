@@ -20,7 +20,7 @@ import platform
 import sys
 import time
 
-from ._args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, positive_int, read_features
+from ._args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, check_k, positive_int, read_features
 from ._errors import EXPECTED_ERRORS, explain
 from ._args import label_column as parse_label_column
 
@@ -44,7 +44,8 @@ def _add_knn(sub) -> None:
     )
     p.add_argument("train", help="training data: .csv[.gz], .parquet, .npy or .npz")
     p.add_argument("query", nargs="?", help="query data (same columns; its label column, if present, gives the accuracy)")
-    p.add_argument("-k", "--k", type=int, default=5, help="neighbours per query (default 5)")
+    p.add_argument("-k", "--k", type=positive_int, default=5,
+                   help="neighbours per query (default 5); TRAIN needs more than k rows without QUERY, k with it")
     p.add_argument("--metric", default="euclidean",
                    help="euclidean, sqeuclidean, manhattan, chebyshev, minkowski, cosine, inner_product; also "
                         "canberra, braycurtis, correlation, hamming, haversine (2 features), nan_euclidean and the "
@@ -117,6 +118,8 @@ def _run_knn(args) -> int:
         X_query = None if X_query is None else np.asarray(X_query, dtype=np.float32)
     if args.tune:
         _tune_knn(args, X_train, X_query)
+    if args.radius is None:  # refused, not lowered: the answer would be for another k
+        check_k(args.k, X_train.shape[0], args.train, excluding_self=X_query is None)
     if args.p is not None and args.metric != "minkowski":
         raise UsageError(f"--p {args.p} applies to --metric minkowski only (the metric is {args.metric}); "
                          "add --metric minkowski or drop --p")

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 __all__ = ["add_cluster_options", "add_device_options", "add_deprecated_alias", "add_dtype_option", "add_table_options", "header_choice", "label_column",
-           "positive_int", "read_features"]
+           "check_k", "positive_int", "read_features"]
 
 
 def add_device_options(parser: argparse.ArgumentParser, *, quiet_help: str = "no progress bar and no summary on stderr") -> None:
@@ -36,6 +36,18 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer; got {value}")
     return value
+
+
+def check_k(k: int, n_rows: int, path, *, excluding_self: bool = True) -> None:
+    """Refuse ``-k`` larger than the rows of ``path`` can give (``excluding_self``: a row is not its own neighbour).
+
+    Every command refuses rather than lowering k (as the library's LocalOutlierFactor does, after
+    scikit-learn's): a run with fewer neighbours than asked would answer another question.
+    """
+    needed = k + 1 if excluding_self else k
+    if n_rows < needed:
+        why = " (a row is not its own neighbour)" if excluding_self else ""
+        raise ValueError(f"-k {k} needs at least {needed} rows{why}; {path} has {n_rows}: lower -k or add rows")
 
 
 class _DeprecatedAlias(argparse.Action):

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from ..cli._args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, positive_int, read_features
+from ..cli._args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, check_k, positive_int, read_features
 from ..cli._args import label_column as parse_label_column
 
 __all__ = ["register"]
@@ -108,6 +108,9 @@ def run_outliers(args) -> int:
                               delimiter=args.delimiter, dtype=args.dtype)
     if X.ndim == 1:
         X = X.reshape(-1, 1)
+    check_k(args.k, X.shape[0], args.data, excluding_self=not args.include_self)
+    if args.top > X.shape[0]:
+        raise ValueError(f"--top {args.top} asks for more outliers than {args.data} has rows ({X.shape[0]}); lower --top")
     start = time.perf_counter()
     common = dict(method=args.method, n_candidates=args.candidates, include_self=args.include_self,
                   metric=args.metric, p=args.p, random_state=args.seed, device=args.device, backend=args.backend,
