@@ -20,6 +20,10 @@ from ..cli._args import add_cluster_options, add_deprecated_alias, add_device_op
 
 __all__ = ["register"]
 
+#: Lines of the tree that ``gpumine tree`` prints by default (``--tree full``: all; a tree on a large table has
+#: thousands).
+TREE_SUMMARY_LINES = 40
+
 
 def _atomic_write_text(path: str, text: str) -> None:
     from ..io import atomic_open  # the one writer: complete files only, ordinary permissions
@@ -142,7 +146,8 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run_nb)
 
     p = subparsers.add_parser("tree", help="C4.5 decision tree (J48 rules) on a CSV",
-                              description="Fit C45Classifier on --train, print the tree and the accuracy on --test.")
+                              description="Fit C45Classifier on --train, print the tree (its first lines; --tree full "
+                                          "for all of it) and the accuracy on --test.")
     _common(p)
     p.add_argument("--min-samples-leaf", type=float, default=2, help="J48 minNumObj (default 2)")
     p.add_argument("--confidence", type=float, default=0.25, help="pruning confidence (default 0.25)")
@@ -152,7 +157,10 @@ def register(subparsers) -> None:
                    help="'auto' (non-numeric columns), 'all', 'none', or a comma list of column names/indices")
     p.add_argument("--handle-unknown", default="error", choices=["error", "missing"],
                    help="a test category unseen in training: fail (default) or treat it as missing")
-    p.add_argument("--no-tree", action="store_true", help="do not print the tree")
+    p.add_argument("--tree", dest="tree", default="summary", choices=["summary", "full", "none"],
+                   help=f"how much of the tree to print: summary (the default: its first {TREE_SUMMARY_LINES} lines and "
+                        "how many more there are), full (all of it, J48's layout) or none")
+    p.add_argument("--no-tree", dest="tree", action="store_const", const="none", help="as --tree none")
     add_cluster_options(p, what="the rows are split over its workers; the tree is the same")
     p.set_defaults(func=_run_tree)
 
@@ -351,13 +359,23 @@ def _run_tree(args):
                   "or histogram")
     else:
         model, fit_s = _fit_tree_on_dask(params, Xtr, ytr, scheduler, workers)
-    if not args.no_tree:
-        print(model.export_text())
+    if args.tree != "none":
+        print(_tree_text(model.export_text(), None if args.tree == "full" else TREE_SUMMARY_LINES))
     print(f"leaves: {model.n_leaves_}, nodes: {model.n_nodes_}, depth: {model.depth_}")
     if test is not None and args.handle_unknown == "error":
         _check_tree_categories(model, test[0])
     _report("tree", model, test, args, fit_s)
     return 0
+
+
+def _tree_text(text: str, max_lines: int | None) -> str:
+    """The tree's text, cut to its first ``max_lines`` lines (None: all) with a note of what was left out."""
+    lines = text.split("\n")
+    if max_lines is None or len(lines) <= max_lines:
+        return text
+    rest = len(lines) - max_lines
+    return "\n".join(lines[:max_lines] + [f"... ({rest} more line{'s' if rest > 1 else ''}; --tree full prints the "
+                                          "whole tree)"])
 
 
 def _fit_tree_on_dask(params, Xtr, ytr, scheduler, workers):
