@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..cli import UsageError  # the command line's one usage error (exit code 2, one line)
 from ..cli._args import add_cluster_options, add_deprecated_alias, add_device_options, add_table_options
+from ..cli._errors import EXPECTED_ERRORS, explain
 
 __all__ = ["register"]
 
@@ -25,11 +26,27 @@ __all__ = ["register"]
 TREE_SUMMARY_LINES = 40
 
 
+#: What ``-o`` / ``--rules-output`` write, chosen by the suffix: a table as CSV or JSON (the writers of the other
+#: commands), or plain text (.txt: the table's lines as these commands always wrote them).
+OUTPUT_SUFFIXES = (".csv", ".json", ".txt")
+
+
 def _atomic_write_text(path: str, text: str) -> None:
     from ..io import atomic_open  # the one writer: complete files only, ordinary permissions
 
     with atomic_open(path, "w", newline="") as fh:
         fh.write(text)
+
+
+def _write_output(path: str, columns: dict, text) -> None:
+    """Write a result table to ``path`` by its suffix: .csv and .json through :func:`gpumine.io.write_result`,
+    .txt as ``text()``."""
+    from ..io import write_result
+
+    if path.lower().endswith(".txt"):
+        _atomic_write_text(path, text())
+    else:
+        write_result(path, columns)
 
 
 def _read_table(path, no_header, sep):
@@ -131,7 +148,7 @@ def _common(p):
                    help="how counts are taken: auto (the fastest for the data, the default), histogram, bitmap "
                         "or bitslice (identical results)")
     add_device_options(p, quiet_help="no timing summary")
-    p.add_argument("-o", "--output", help="write the --test predictions to this CSV file")
+    p.add_argument("-o", "--output", help="write the --test predictions to this file: .csv, .json or .txt (one a line)")
 
 
 def register(subparsers) -> None:
@@ -179,8 +196,8 @@ def register(subparsers) -> None:
                    help="rule metric that --min-threshold applies to: confidence (default), lift, leverage, conviction, ...")
     p.add_argument("--min-threshold", type=float, default=0.8, help="smallest --metric value of a rule (default 0.8)")
     add_device_options(p, quiet_help="no timing summary")
-    p.add_argument("-o", "--output", help="write itemsets (support,itemset) to this CSV file")
-    p.add_argument("--rules-output", help="write rules to this CSV file")
+    p.add_argument("-o", "--output", help="write the itemsets (support, itemset) to this file: .csv, .json or .txt")
+    p.add_argument("--rules-output", help="write the rules to this file: .csv, .json or .txt")
     p.add_argument("--top", type=int, default=10, help="print this many itemsets (and rules) by support")
     p.set_defaults(func=_run_itemsets)
 
@@ -198,9 +215,12 @@ def _guard(fn):
         except UsageError as exc:
             print(f"gpumine {name}: error: {exc}", file=sys.stderr)
             return 2
-        except (ValueError, TypeError, KeyError) as exc:
+        except KeyError as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             print(f"gpumine {name}: error: {msg}", file=sys.stderr)
+            return 2
+        except EXPECTED_ERRORS as exc:  # the input's or the user's (a bad file, an output folder missing): one line
+            print(f"gpumine {name}: error: {explain(exc) or type(exc).__name__}", file=sys.stderr)
             return 2
 
     wrapper.__name__ = fn.__name__
@@ -208,12 +228,12 @@ def _guard(fn):
 
 
 def _check_outputs(*paths) -> None:
-    """Output paths checked before the work (folder, permission, CSV suffix)."""
+    """Output paths checked before the work (folder, permission, a suffix of :data:`OUTPUT_SUFFIXES`)."""
     from ..io import check_output_path
 
     for path in paths:
         if path:
-            check_output_path(path, suffixes=(".csv", ".txt"))
+            check_output_path(path, suffixes=OUTPUT_SUFFIXES)
 
 
 def _load_train_test(args):
@@ -257,7 +277,7 @@ def _report(name, model, test, args, fit_s):
         else:
             print(f"test accuracy: none (the label column is empty in all {len(yte)} test rows)")
     if args.output:
-        _atomic_write_text(args.output, _predictions_text(pred))
+        _write_output(args.output, {"prediction": pred}, lambda: _predictions_text(pred))
         print(f"predictions written to {args.output}")
 
 
@@ -477,8 +497,10 @@ def _run_itemsets(args):
     for s, v in zip(order.itemsets[:args.top], order.support[:args.top]):
         print(f"{v:.4f}  {fmt(s)}")
     if args.output:
-        text = "support,itemset\n" + "".join(f"{v!r},{_csv_field(fmt(s))}\n" for s, v in zip(fi.itemsets, fi.support))
-        _atomic_write_text(args.output, text)
+        support = fi.support.to_numpy(dtype=np.float64)
+        names = np.array([fmt(s) for s in fi.itemsets], dtype=object)
+        _write_output(args.output, {"support": support, "itemset": names},
+                      lambda: "support,itemset\n" + "".join(f"{v!r},{_csv_field(n)}\n" for n, v in zip(names, support.tolist())))
     if args.rules:
         rules = association_rules(fi, metric=args.metric, min_threshold=args.min_threshold)
         print(f"{len(rules)} rules with {args.metric} >= {args.min_threshold}")
@@ -488,7 +510,8 @@ def _run_itemsets(args):
             out = rules.copy()
             out["antecedents"] = [fmt(a) for a in out.antecedents]
             out["consequents"] = [fmt(c) for c in out.consequents]
-            _atomic_write_text(args.rules_output, out.to_csv(index=False))
+            _write_output(args.rules_output, {str(c): out[c].to_numpy() for c in out.columns},
+                          lambda: out.to_csv(index=False))
     return 0
 
 
