@@ -76,7 +76,8 @@ def _add_knn(sub) -> None:
 
 
 def _read(args, path, label_column):
-    X, y = read_features(path, label_column=label_column, header=args.header, delimiter=args.delimiter, dtype=args.dtype)
+    X, y = read_features(path, label_column=label_column, header=args.header, delimiter=args.delimiter, dtype=args.dtype,
+                         allow_nan=args.metric == "nan_euclidean")
     return X if label_column is None else (X, y)
 
 
