@@ -49,13 +49,45 @@ def _write_output(path: str, columns: dict, text) -> None:
         write_result(path, columns)
 
 
-def _read_table(path, no_header, sep):
+def _read_table(path, header: bool, delimiter) -> pd.DataFrame:
+    """A CSV table as a DataFrame of its cells' own kinds (numbers, text), read as every command reads a table.
+
+    The file goes through :mod:`gpumine.io`'s delimited-text reader: the same delimiter detection (comma, tab,
+    semicolon, pipe, else whitespace; ``--delimiter`` to say it), gzip by its magic bytes, and errors that name
+    the file's line (a row with a different number of fields, text that is not UTF-8, an empty file). Unlike the
+    numeric readers the cells keep their kind: categorical tables hold text. ``header``: the first non-blank line
+    holds the column names (else the columns are numbered from 0).
+    """
+    from pathlib import Path
+
+    from ..io._delimited import _check_delimiter, _read_frame, _scan
+
     if not os.path.exists(path):
         raise UsageError(f"file not found: {path}")
+    layout = _scan(Path(path), delimiter=_check_delimiter(delimiter), header=header, encoding="utf-8")
     try:
-        return pd.read_csv(path, header=None if no_header else "infer", sep=sep, skipinitialspace=True)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        frame = _read_frame(layout, {}, None)  # no dtypes: pandas gives each column its kind
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {path} as CSV: {exc}".splitlines()[0]) from None
+    if len(frame) != layout.n_rows:  # as the io reader: never guess
+        raise UsageError(f"{path}: read {len(frame)} data rows but counted {layout.n_rows} non-blank lines; the file "
+                         "probably holds quoted fields that span lines, which are not supported")
+    for c in frame.columns:
+        if frame[c].dtype == object:  # text cells as the old reader's skipinitialspace, and trailing space too
+            frame[c] = frame[c].str.strip()
+    if layout.names is not None:
+        frame.columns = _unique_names(layout.names)
+    return frame
+
+
+def _unique_names(names) -> list[str]:
+    """Header names with repeats told apart as pandas does (``a``, ``a.1``, ...)."""
+    seen, out = {}, []
+    for name in names:
+        k = seen.get(name, 0)
+        seen[name] = k + 1
+        out.append(name if k == 0 else f"{name}.{k}")
+    return out
 
 
 def _label_column(frame: pd.DataFrame, label: str):
@@ -242,12 +274,14 @@ def _load_train_test(args):
     _check_outputs(getattr(args, "output", None))
     if args.label_column is None:
         raise UsageError("--label-column is required: the column of --train that holds the class")
-    no_header, sep = args.header == "no", args.delimiter or ","
-    train = _read_table(args.train, no_header, sep)
+    # every cell of a categorical table may be text, so the first row cannot be told a header by its cells' kind
+    # (as --header auto does for numeric tables): auto means yes here
+    no_header = args.header == "no"
+    train = _read_table(args.train, not no_header, args.delimiter)
     Xtr, ytr, col = _split(train, str(args.label_column))
     test = None
     if args.test:
-        test = _read_table(args.test, no_header, sep)
+        test = _read_table(args.test, not no_header, args.delimiter)
         if no_header and test.shape[1] == train.shape[1] - 1:
             Xte, yte = test, None
         elif col in test.columns:
@@ -448,11 +482,15 @@ def _read_transactions(args):
     if not os.path.exists(path):
         raise UsageError(f"file not found: {path}")
     fmt = args.format
+    frame = None
     if fmt in ("auto", "onehot") and (fmt == "onehot" or path.endswith((".csv", ".csv.gz"))):
         try:
-            frame = pd.read_csv(path)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read {path} as CSV: {exc}".splitlines()[0]) from None
+            frame = _read_table(path, True, None)
+        except (ValueError, OSError, EOFError):
+            if fmt == "onehot":
+                raise
+            frame = None  # not a table (baskets of different lengths): read as baskets below
+    if frame is not None:
         vals = frame.to_numpy()
         ok = vals.dtype == bool or (vals.dtype.kind in "biuf" and np.isin(vals, (0, 1)).all())
         if ok:
