@@ -16,6 +16,7 @@ import numpy as np
 
 from ..cli._args import add_deprecated_alias, add_device_options, add_dtype_option, add_table_options, check_k, positive_int, read_features
 from ..cli._args import label_column as parse_label_column
+from ..cli._errors import in_flag_words
 
 __all__ = ["register", "run"]
 
@@ -97,7 +98,7 @@ def run(args) -> int:
             labels = model.predict(X)
     seconds = time.perf_counter() - start
     for w in caught:
-        print(f"gpumine lof: warning: {w.message}", file=sys.stderr)
+        print(f"gpumine lof: warning: {in_flag_words(str(w.message))}", file=sys.stderr)
     columns = {"lof": lof, "outlier": (np.asarray(labels) == -1).astype(np.int64)}
     if y is not None:
         columns["label"] = y
