@@ -178,7 +178,8 @@ def _common(p):
     add_deprecated_alias(p, "--sep", dest="delimiter", new="--delimiter")
     p.add_argument("--representation", default="auto", choices=["auto", "histogram", "bitmap", "bitslice"],
                    help="how counts are taken: auto (the fastest for the data, the default), histogram, bitmap "
-                        "or bitslice (identical results)")
+                        "or bitslice (identical results; bitmap and bitslice are for GPUs: on the CPU they are "
+                        "several times slower)")
     add_device_options(p, quiet_help="no timing summary")
     p.add_argument("-o", "--output", help="write the --test predictions to this file: .csv, .json or .txt (one a line)")
 
