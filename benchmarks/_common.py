@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-import contextlib
 import datetime as _dt
 import importlib
 import importlib.metadata
@@ -14,12 +13,13 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
 import torch
+
+from gpumine.io import atomic_open
 
 __all__ = [
     "synchronize",
@@ -123,27 +123,11 @@ def environment(device: torch.device, packages=("gpumine", "torch", "triton", "n
     }
 
 
-@contextlib.contextmanager
-def _atomic_open(path: Path, mode: str):
-    """A temporary file beside ``path``, renamed over it (``os.replace``) only when complete."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def write_text(path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (temporary file + ``os.replace``); creates the folder."""
+    """Write ``text`` to ``path`` atomically (:func:`gpumine.io.atomic_open`); creates the folder."""
     path = Path(os.fspath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _atomic_open(path, "w") as fh:
+    with atomic_open(path, "w") as fh:
         fh.write(text)
     return path
 
@@ -173,7 +157,7 @@ def save_figure(fig, path) -> Path:
     """Save a matplotlib figure as PNG, atomically."""
     path = Path(os.fspath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _atomic_open(path, "wb") as fh:
+    with atomic_open(path, "wb") as fh:
         fig.savefig(fh, format="png", dpi=120, bbox_inches="tight")
     return path
 

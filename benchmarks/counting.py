@@ -37,7 +37,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -60,6 +59,7 @@ from gpumine.counting import (  # noqa: E402
     pattern_counts,
 )
 from gpumine.config import resolve_device, triton_available  # noqa: E402
+from gpumine.io import atomic_open  # noqa: E402
 
 # USCensus1990 (UCI "US Census Data (1990)", 68 categorical attributes): number of levels per attribute
 # as used by the generator when the real file is absent. The 99-row sample in shared/data only gives lower
@@ -517,10 +517,8 @@ def main(argv=None):
         result["sections"]["itemsets"] = bench_itemsets(device, args.quick, peers)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".counting-", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
+    with atomic_open(out, "w") as fh:
         json.dump(result, fh, indent=2, default=float)
-    os.replace(tmp, out)
     print(f"wrote {out}")
     return 0
 

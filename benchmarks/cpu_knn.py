@@ -28,6 +28,7 @@ if not __package__:  # run as a script (python benchmarks/cpu_knn.py): the repos
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import benchmarks  # noqa: E402,F401  (gpumine from src/ when it is not installed)
 
+from gpumine.io import atomic_open  # noqa: E402
 from gpumine.neighbors import kneighbors  # noqa: E402
 
 
@@ -119,10 +120,8 @@ def main(argv=None):
                 print(f"{name:28s} n={rec['rows']:6d} d={rec['features']:5d} k={k:3d} gpumine {rec['gpumine_s']:8.3f}s "
                       f"sklearn {rec['sklearn_s']:8.3f}s ratio {rec['speedup']:6.2f}x differ {rec['rows_differ']}"
                       f"/{rec['rows_differ_beyond_ties']}", flush=True)
-                tmp = args.out + ".tmp"
-                with open(tmp, "w") as fh:
+                with atomic_open(args.out, "w") as fh:
                     json.dump({"meta": meta, "records": records}, fh, indent=1)
-                os.replace(tmp, args.out)
 
 
 if __name__ == "__main__":

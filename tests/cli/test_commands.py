@@ -70,7 +70,7 @@ def test_knn_precision_modes_give_the_same_neighbours(labelled_csv, tmp_path):
     [
         (["knn", "missing.csv"], "missing.csv"),
         (["knn", "{train}", "{query}", "--label-column", "nope"], "nope"),
-        (["knn", "{train}", "{query}", "--label-column", "label", "-k", "500"], "n_neighbors"),
+        (["knn", "{train}", "{query}", "--label-column", "label", "-k", "500"], "-k 500 needs at least 500 rows"),
         (["knn", "{train}", "{query}", "--label-column", "label", "--metric", "no-such-metric"], "Unknown metric"),
         (["knn", "{train}", "--task", "classify"], "needs --label-column"),
         (["knn", "{train}", "{query}", "--label-column", "label", "--device", "cuda:7"], "cuda"),

@@ -29,12 +29,14 @@ def _one_clear_line(capsys, expected):
     assert expected in err[-1], err
 
 
-@pytest.mark.parametrize("argv", [["nb", "--train", "{d}/cut.csv.gz", "--label-column", "y"],
-                                  ["tree", "--train", "{d}/cut.csv.gz", "--label-column", "y"],
-                                  ["itemsets", "{d}/cut.csv.gz", "--min-support", "0.5"]])
-def test_a_truncated_gzip_input_is_one_clear_error(files, capsys, argv):
+# nb and tree read their tables through gpumine.io, which words it its own way
+@pytest.mark.parametrize("argv,expected", [
+    (["nb", "--train", "{d}/cut.csv.gz", "--label-column", "y"], "the gzip stream is damaged or cut short"),
+    (["tree", "--train", "{d}/cut.csv.gz", "--label-column", "y"], "the gzip stream is damaged or cut short"),
+    (["itemsets", "{d}/cut.csv.gz", "--min-support", "0.5"], "the input is truncated or corrupt")])
+def test_a_truncated_gzip_input_is_one_clear_error(files, capsys, argv, expected):
     assert main([a.format(d=files) for a in argv] + ["--device", "cpu"]) == 2
-    _one_clear_line(capsys, "the input is truncated or corrupt")
+    _one_clear_line(capsys, expected)
 
 
 @pytest.mark.parametrize("command", ["knn", "outliers", "lof"])

@@ -152,7 +152,7 @@ def test_load_covtype_from_path_and_its_checks(tmp_path, monkeypatch):
 
 def test_load_covtype_without_any_data_says_what_to_do(monkeypatch):
     monkeypatch.setattr(_datasets, "find_data_dir", lambda: None)
-    with pytest.raises(FileNotFoundError, match=r"covtype.*Pass path=.*download=True"):
+    with pytest.raises(FileNotFoundError, match=r"covtype.*Pass path=.*fetch_covtype\(\)"):
         datasets.load_covtype()
 
 
@@ -305,8 +305,8 @@ def test_make_poker_hands_deals_valid_hands_with_the_published_odds():
 FORMER_DATA_NAMES = {
     "check_output_path", "read_csv", "read_parquet", "read_npy", "read_npz", "read_table", "write_result",
     "write_array", "atomic_open", "find_data_dir", "get_data_home", "fetch_file", "sha256_of", "load_covtype",
-    "load_covtype_sample", "load_kddcup99", "load_poker_hand", "load_adbench", "load_physics", "make_uniform",
-    "make_gaussian_blobs", "make_poker_hands", "poker_hand_labels", "COVTYPE_URL", "KDD_PROTOCOL_TYPES",
+    "fetch_covtype", "load_covtype_sample", "load_kddcup99", "load_poker_hand", "load_adbench", "load_physics",
+    "make_uniform", "make_gaussian_blobs", "make_poker_hands", "poker_hand_labels", "COVTYPE_URL", "KDD_PROTOCOL_TYPES",
     "KDD_SERVICES", "KDD_FLAGS", "KDD_FEATURE_NAMES",
 }
 

@@ -90,8 +90,8 @@ def test_npy_and_headerless_input(tmp_path):
     "extra, error, match",
     [
         (["--top", "3"], (OSError, ValueError), "missing"),  # DATA replaced by a missing file below
-        (["-k", "500"], ValueError, "Expected k <= 399"),
-        (["--top", "401"], ValueError, "n_outliers must be between 1 and n_samples = 400"),
+        (["-k", "500"], ValueError, "-k 500 needs at least 501 rows"),
+        (["--top", "401"], ValueError, "--top 401 asks for more outliers than .* has rows \\(400\\)"),
         (["--metric", "hamming"], ValueError, "Unknown metric"),
         (["--metric", "inner_product"], ValueError, "cannot define an outlier weight"),
         (["--device", "cuda:9"], ValueError, "cuda"),
@@ -135,4 +135,4 @@ def test_main_cli_exit_codes_once_registered(data_csv, capsys):
     path, _, _ = data_csv
     assert cli.main(["outliers", str(path), "--label-column", "label", "-k", "5", "--device", "cpu", "--quiet"]) == 0
     assert cli.main(["outliers", str(path), "--label-column", "label", "-k", "5000", "--device", "cpu"]) == 2
-    assert "gpumine outliers: error: Expected k <= 399" in capsys.readouterr().err
+    assert "gpumine outliers: error: -k 5000 needs at least 5001 rows" in capsys.readouterr().err

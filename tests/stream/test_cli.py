@@ -148,7 +148,7 @@ def test_state_resumes_where_the_last_run_stopped(tmp_path, capsys):
     assert load_detector(state).n_seen_ == 800
     # resuming with conflicting parameters is refused with a reason
     assert main([str(second), "--state", str(state), "-k", "5", "--device", "cpu"]) == 2
-    assert "was saved with n_neighbors=10 but -k 5" in capsys.readouterr().err
+    assert "was saved with -k 10 but -k 5" in capsys.readouterr().err
 
 
 def test_usage_errors_exit_2_with_one_line(tmp_path, capsys):

@@ -20,7 +20,7 @@ import platform
 import sys
 import time
 
-from ._args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, read_features
+from ._args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, check_k, positive_int, read_features
 from ._errors import EXPECTED_ERRORS, explain
 from ._args import label_column as parse_label_column
 
@@ -44,15 +44,20 @@ def _add_knn(sub) -> None:
     )
     p.add_argument("train", help="training data: .csv[.gz], .parquet, .npy or .npz")
     p.add_argument("query", nargs="?", help="query data (same columns; its label column, if present, gives the accuracy)")
-    p.add_argument("-k", "--k", type=int, default=5, help="neighbours per query (default 5)")
+    p.add_argument("-k", "--k", type=positive_int, default=5,
+                   help="neighbours per query (default 5); TRAIN needs more than k rows without QUERY, k with it")
     p.add_argument("--metric", default="euclidean",
                    help="euclidean, sqeuclidean, manhattan, chebyshev, minkowski, cosine, inner_product; also "
                         "canberra, braycurtis, correlation, hamming, haversine (2 features), nan_euclidean and the "
                         "boolean jaccard, dice, rogerstanimoto, russellrao, sokalsneath, yule (exact brute force); "
                         "seuclidean and mahalanobis need metric_params (Python API)")
     p.add_argument("--p", type=float, default=None, help="power for --metric minkowski")
-    p.add_argument("--task", default="auto", choices=["auto", "classify", "regress", "neighbors"])
-    p.add_argument("--weights", default="uniform", choices=["uniform", "distance"])
+    p.add_argument("--task", default="auto", choices=["auto", "classify", "regress", "neighbors"],
+                   help="classify (majority vote of the neighbours' labels), regress (their mean) or neighbors "
+                        "(write the neighbours); auto (the default): classify with --label-column, else neighbors")
+    p.add_argument("--weights", default="uniform", choices=["uniform", "distance"],
+                   help="vote weights of classify/regress: uniform (the default) or distance (1/distance, so "
+                        "nearer neighbours count more)")
     add_cluster_options(p, what="the references are sharded over its workers; the neighbours are the same")
     p.add_argument("--radius", type=float, default=None, metavar="R",
                    help="every neighbour within distance R instead of the k nearest: neighbours come out one "
@@ -71,7 +76,8 @@ def _add_knn(sub) -> None:
 
 
 def _read(args, path, label_column):
-    X, y = read_features(path, label_column=label_column, header=args.header, delimiter=args.delimiter, dtype=args.dtype)
+    X, y = read_features(path, label_column=label_column, header=args.header, delimiter=args.delimiter, dtype=args.dtype,
+                         allow_nan=args.metric == "nan_euclidean")
     return X if label_column is None else (X, y)
 
 
@@ -113,6 +119,8 @@ def _run_knn(args) -> int:
         X_query = None if X_query is None else np.asarray(X_query, dtype=np.float32)
     if args.tune:
         _tune_knn(args, X_train, X_query)
+    if args.radius is None:  # refused, not lowered: the answer would be for another k
+        check_k(args.k, X_train.shape[0], args.train, excluding_self=X_query is None)
     if args.p is not None and args.metric != "minkowski":
         raise UsageError(f"--p {args.p} applies to --metric minkowski only (the metric is {args.metric}); "
                          "add --metric minkowski or drop --p")
@@ -307,7 +315,7 @@ def _run_info(args) -> int:
 # -- demo ------------------------------------------------------------------------------
 def _add_demo(sub) -> None:
     p = sub.add_parser("demo", help="classify a shipped real data sample (Covertype) and time each device")
-    p.add_argument("-k", "--k", type=int, default=5)
+    p.add_argument("-k", "--k", type=positive_int, default=5, help="neighbours per vote (default 5)")
     p.add_argument("--device", action="append", default=None, help="device(s) to time (default: cpu and every GPU)")
     p.set_defaults(func=_run_demo)
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 __all__ = ["add_cluster_options", "add_device_options", "add_deprecated_alias", "add_dtype_option", "add_table_options", "header_choice", "label_column",
-           "positive_int", "read_features"]
+           "check_k", "positive_int", "read_features"]
 
 
 def add_device_options(parser: argparse.ArgumentParser, *, quiet_help: str = "no progress bar and no summary on stderr") -> None:
@@ -36,6 +36,18 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer; got {value}")
     return value
+
+
+def check_k(k: int, n_rows: int, path, *, excluding_self: bool = True) -> None:
+    """Refuse ``-k`` larger than the rows of ``path`` can give (``excluding_self``: a row is not its own neighbour).
+
+    Every command refuses rather than lowering k (as the library's LocalOutlierFactor does, after
+    scikit-learn's): a run with fewer neighbours than asked would answer another question.
+    """
+    needed = k + 1 if excluding_self else k
+    if n_rows < needed:
+        why = " (a row is not its own neighbour)" if excluding_self else ""
+        raise ValueError(f"-k {k} needs at least {needed} rows{why}; {path} has {n_rows}: lower -k or add rows")
 
 
 class _DeprecatedAlias(argparse.Action):
@@ -89,11 +101,14 @@ def add_dtype_option(parser: argparse.ArgumentParser) -> None:
                              "GPU's fast path), a .npy/.npz array's own float dtype (float64 for integers)")
 
 
-def read_features(path, *, label_column=None, header: str = "auto", delimiter=None, dtype: str = "auto"):
+def read_features(path, *, label_column=None, header: str = "auto", delimiter=None, dtype: str = "auto",
+                  allow_nan: bool = False):
     """``(X, y)`` from a data file, read the one way every command reads its table (``y`` None without a label).
 
     ``header`` is ``--header`` (auto, yes, no) and ``delimiter`` ``--delimiter``, both for CSV files;
-    ``dtype`` is ``--dtype``.
+    ``dtype`` is ``--dtype``. A missing or infinite feature value is refused here, with the file
+    line and the cell's text (the estimators could only name a 0-based row of ``X``), unless
+    ``allow_nan`` (a metric that skips NaN) lets NaN through.
     """
     import numpy as np
 
@@ -118,7 +133,38 @@ def read_features(path, *, label_column=None, header: str = "auto", delimiter=No
         X = X.astype(dtype, copy=False)
     elif X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
+    if X.dtype.kind == "f":
+        bad = ~np.isfinite(X) if not allow_nan else np.isinf(X)
+        if bad.any():
+            raise ValueError(_not_finite(path, X, bad, csv_file, kwargs, label_column))
     return X, None if y is None else np.asarray(y)
+
+
+def _not_finite(path, X, bad, csv_file: bool, kwargs: dict, label_column) -> str:
+    """The reason for refusing the first missing or infinite value of ``X``, where the user can find it."""
+    import numpy as np
+
+    rows, columns = np.nonzero(bad.reshape(len(X), -1))
+    row, column = int(rows[0]), int(columns[0])
+    value = X.reshape(len(X), -1)[row, column]
+    total = f" ({len(rows)} such cells in all)" if len(rows) > 1 else ""
+    fix = "every feature cell must be a number: fill it in or drop the row"
+    if not csv_file:
+        what = "NaN (a missing value)" if np.isnan(value) else f"{value} (infinite)"
+        return f"{path}, row {row} (0-based), feature column {column}: {what}{total}; {fix}"
+    from ..io._delimited import locate_feature_cell
+
+    line, where, text = locate_feature_cell(path, row, column, label_column=label_column,
+                                            header=kwargs.get("header", "infer"), delimiter=kwargs.get("delimiter"))
+    try:
+        written = float(text)
+    except ValueError:
+        written = float("nan")
+    if np.isfinite(written):  # a finite number that the dtype cannot hold
+        return (f"{path}, line {line} (data row {row + 1}), {where}: {text!r} is beyond the range of {X.dtype}{total}; "
+                "pass --dtype float64")
+    what = "is infinite" if np.isinf(written) else "is empty (a missing value)" if not text else "marks a missing value"
+    return f"{path}, line {line} (data row {row + 1}), {where}: {text!r} {what}{total}; {fix}"
 
 
 def add_cluster_options(parser: argparse.ArgumentParser, *, what: str) -> None:

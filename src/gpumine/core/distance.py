@@ -258,8 +258,8 @@ class Metric:
 
     def _chunked_exact_scores(self, Q: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
         """:meth:`exact_scores` of euclidean, sqeuclidean and manhattan at more than one chunk of features."""
-        # On a GPU launches, not arithmetic, set the time here (~10 us each): a loop over
-        # features would take ~3 d launches (~200 at 65 features). So the terms of every pair
+        # On a GPU launches, not arithmetic, set the time here (a launch outweighs its few
+        # flops): a loop over features would take ~3 d launches (~200 at 65 features). So the terms of every pair
         # are formed by broadcast over (q, c, features) into a buffer padded with +0.0 to whole
         # chunks (x + 0.0 == x exactly for the non-negative terms, so the padding leaves the tail
         # chunk's sum as it is), the 16 positions of every chunk are added left to right over a

@@ -10,17 +10,25 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 import numpy as np
 import pandas as pd
 
+from ..cli import UsageError  # the command line's one usage error (exit code 2, one line)
 from ..cli._args import add_cluster_options, add_deprecated_alias, add_device_options, add_table_options
+from ..cli._errors import EXPECTED_ERRORS, explain
 
 __all__ = ["register"]
 
+#: Lines of the tree that ``gpumine tree`` prints by default (``--tree full``: all; a tree on a large table has
+#: thousands).
+TREE_SUMMARY_LINES = 40
 
-class _UsageError(Exception):
-    pass
+
+#: What ``-o`` / ``--rules-output`` write, chosen by the suffix: a table as CSV or JSON (the writers of the other
+#: commands), or plain text (.txt: the table's lines as these commands always wrote them).
+OUTPUT_SUFFIXES = (".csv", ".json", ".txt")
 
 
 def _atomic_write_text(path: str, text: str) -> None:
@@ -30,13 +38,56 @@ def _atomic_write_text(path: str, text: str) -> None:
         fh.write(text)
 
 
-def _read_table(path, no_header, sep):
+def _write_output(path: str, columns: dict, text) -> None:
+    """Write a result table to ``path`` by its suffix: .csv and .json through :func:`gpumine.io.write_result`,
+    .txt as ``text()``."""
+    from ..io import write_result
+
+    if path.lower().endswith(".txt"):
+        _atomic_write_text(path, text())
+    else:
+        write_result(path, columns)
+
+
+def _read_table(path, header: bool, delimiter) -> pd.DataFrame:
+    """A CSV table as a DataFrame of its cells' own kinds (numbers, text), read as every command reads a table.
+
+    The file goes through :mod:`gpumine.io`'s delimited-text reader: the same delimiter detection (comma, tab,
+    semicolon, pipe, else whitespace; ``--delimiter`` to say it), gzip by its magic bytes, and errors that name
+    the file's line (a row with a different number of fields, text that is not UTF-8, an empty file). Unlike the
+    numeric readers the cells keep their kind: categorical tables hold text. ``header``: the first non-blank line
+    holds the column names (else the columns are numbered from 0).
+    """
+    from pathlib import Path
+
+    from ..io._delimited import _check_delimiter, _read_frame, _scan
+
     if not os.path.exists(path):
-        raise _UsageError(f"file not found: {path}")
+        raise UsageError(f"file not found: {path}")
+    layout = _scan(Path(path), delimiter=_check_delimiter(delimiter), header=header, encoding="utf-8")
     try:
-        return pd.read_csv(path, header=None if no_header else "infer", sep=sep, skipinitialspace=True)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise _UsageError(f"cannot read {path} as CSV: {exc}".splitlines()[0]) from None
+        frame = _read_frame(layout, {}, None)  # no dtypes: pandas gives each column its kind
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path} as CSV: {exc}".splitlines()[0]) from None
+    if len(frame) != layout.n_rows:  # as the io reader: never guess
+        raise UsageError(f"{path}: read {len(frame)} data rows but counted {layout.n_rows} non-blank lines; the file "
+                         "probably holds quoted fields that span lines, which are not supported")
+    for c in frame.columns:
+        if frame[c].dtype == object:  # text cells as the old reader's skipinitialspace, and trailing space too
+            frame[c] = frame[c].str.strip()
+    if layout.names is not None:
+        frame.columns = _unique_names(layout.names)
+    return frame
+
+
+def _unique_names(names) -> list[str]:
+    """Header names with repeats told apart as pandas does (``a``, ``a.1``, ...)."""
+    seen, out = {}, []
+    for name in names:
+        k = seen.get(name, 0)
+        seen[name] = k + 1
+        out.append(name if k == 0 else f"{name}.{k}")
+    return out
 
 
 def _label_column(frame: pd.DataFrame, label: str):
@@ -46,7 +97,7 @@ def _label_column(frame: pd.DataFrame, label: str):
         i = int(label)
         if -frame.shape[1] <= i < frame.shape[1]:
             return frame.columns[i]
-    raise _UsageError(f"label column {label!r} not found; columns are {[str(c) for c in frame.columns][:20]}")
+    raise UsageError(f"label column {label!r} not found; columns are {[str(c) for c in frame.columns][:20]}")
 
 
 def _split(frame, label):
@@ -54,15 +105,53 @@ def _split(frame, label):
     y = frame[col].to_numpy()
     X = frame.drop(columns=[col])
     if X.shape[1] == 0:
-        raise _UsageError("the table has no feature columns besides the label")
+        raise UsageError("the table has no feature columns besides the label")
     if len(y) == 0:
-        raise _UsageError("the training file has no data rows")
+        raise UsageError("the training file has no data rows")
     empty = np.flatnonzero(pd.isna(frame[col]).to_numpy())
     if empty.size:
         # an empty class label is no class: fitting would fail deep inside on mixed float/str labels
-        raise _UsageError(f"label column {str(col)!r} is empty in {empty.size} of {len(y)} training rows (first: row "
+        raise UsageError(f"label column {str(col)!r} is empty in {empty.size} of {len(y)} training rows (first: row "
                           f"{int(empty[0])}, counting data rows from 0); fill in or drop those rows")
     return X, y, col
+
+
+def _warn(args, message: str) -> None:
+    """A warning on stderr in the command line's words, as ``gpumine COMMAND: warning: ...``."""
+    print(f"gpumine {args.command}: warning: {message}", file=sys.stderr)
+
+
+# A categorical column with more distinct values than this share of the rows (and than _MANY_VALUES) is
+# probably continuous or an identifier: nearly every value is a category of its own.
+_VALUE_SHARE = 0.5
+_MANY_VALUES = 20
+
+
+def _continuous_like(X, columns) -> list[tuple[str, str]]:
+    """``(name, why)`` for each of ``columns`` that a categorical model would count value by value to no use:
+    non-integer numbers, or more distinct values than half the rows (and than 20)."""
+    found = []
+    for c in columns:
+        col = X[c]
+        if pd.api.types.is_float_dtype(col):
+            values = col.to_numpy(dtype=np.float64, na_value=np.nan)
+            values = values[np.isfinite(values)]
+            if (values != np.round(values)).any():
+                found.append((str(c), "non-integer numbers"))
+                continue
+        k = int(col.nunique(dropna=True))
+        if k > _MANY_VALUES and k > _VALUE_SHARE * len(col):
+            found.append((str(c), f"{k} distinct values in {len(col)} rows"))
+    return found
+
+
+def _warn_continuous(args, found, what, fix) -> None:
+    """One warning naming the columns :func:`_continuous_like` found."""
+    if not found:
+        return
+    shown = ", ".join(f"{name!r} ({why})" for name, why in found[:5])
+    more = f", ... ({len(found)} columns in all)" if len(found) > 5 else ""
+    _warn(args, f"{'column' if len(found) == 1 else 'columns'} {shown}{more} look continuous: {what}; {fix}")
 
 
 def _too_many_values(X, columns, limit, what, fix):
@@ -70,7 +159,7 @@ def _too_many_values(X, columns, limit, what, fix):
     for c in columns:
         k = int(X[c].nunique(dropna=True))
         if k > limit:
-            raise _UsageError(f"column {str(c)!r} has {k} distinct values, more than the {limit} {what}; {fix}")
+            raise UsageError(f"column {str(c)!r} has {k} distinct values, more than the {limit} {what}; {fix}")
 
 
 def _predictions_text(pred) -> str:
@@ -89,9 +178,10 @@ def _common(p):
     add_deprecated_alias(p, "--sep", dest="delimiter", new="--delimiter")
     p.add_argument("--representation", default="auto", choices=["auto", "histogram", "bitmap", "bitslice"],
                    help="how counts are taken: auto (the fastest for the data, the default), histogram, bitmap "
-                        "or bitslice (identical results)")
+                        "or bitslice (identical results; bitmap and bitslice are for GPUs: on the CPU they are "
+                        "several times slower)")
     add_device_options(p, quiet_help="no timing summary")
-    p.add_argument("-o", "--output", help="write the --test predictions to this CSV file")
+    p.add_argument("-o", "--output", help="write the --test predictions to this file: .csv, .json or .txt (one a line)")
 
 
 def register(subparsers) -> None:
@@ -106,7 +196,8 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run_nb)
 
     p = subparsers.add_parser("tree", help="C4.5 decision tree (J48 rules) on a CSV",
-                              description="Fit C45Classifier on --train, print the tree and the accuracy on --test.")
+                              description="Fit C45Classifier on --train, print the tree (its first lines; --tree full "
+                                          "for all of it) and the accuracy on --test.")
     _common(p)
     p.add_argument("--min-samples-leaf", type=float, default=2, help="J48 minNumObj (default 2)")
     p.add_argument("--confidence", type=float, default=0.25, help="pruning confidence (default 0.25)")
@@ -116,7 +207,10 @@ def register(subparsers) -> None:
                    help="'auto' (non-numeric columns), 'all', 'none', or a comma list of column names/indices")
     p.add_argument("--handle-unknown", default="error", choices=["error", "missing"],
                    help="a test category unseen in training: fail (default) or treat it as missing")
-    p.add_argument("--no-tree", action="store_true", help="do not print the tree")
+    p.add_argument("--tree", dest="tree", default="summary", choices=["summary", "full", "none"],
+                   help=f"how much of the tree to print: summary (the default: its first {TREE_SUMMARY_LINES} lines and "
+                        "how many more there are), full (all of it, J48's layout) or none")
+    p.add_argument("--no-tree", dest="tree", action="store_const", const="none", help="as --tree none")
     add_cluster_options(p, what="the rows are split over its workers; the tree is the same")
     p.set_defaults(func=_run_tree)
 
@@ -135,8 +229,8 @@ def register(subparsers) -> None:
                    help="rule metric that --min-threshold applies to: confidence (default), lift, leverage, conviction, ...")
     p.add_argument("--min-threshold", type=float, default=0.8, help="smallest --metric value of a rule (default 0.8)")
     add_device_options(p, quiet_help="no timing summary")
-    p.add_argument("-o", "--output", help="write itemsets (support,itemset) to this CSV file")
-    p.add_argument("--rules-output", help="write rules to this CSV file")
+    p.add_argument("-o", "--output", help="write the itemsets (support, itemset) to this file: .csv, .json or .txt")
+    p.add_argument("--rules-output", help="write the rules to this file: .csv, .json or .txt")
     p.add_argument("--top", type=int, default=10, help="print this many itemsets (and rules) by support")
     p.set_defaults(func=_run_itemsets)
 
@@ -144,18 +238,22 @@ def register(subparsers) -> None:
 def _guard(fn):
     def wrapper(args):
         name = getattr(args, "command", None) or fn.__name__.replace("_run_", "")
+        args.command = name
         from ..config import config_context
 
         settings = {} if getattr(args, "working_memory", None) is None else {"working_memory": args.working_memory}
         try:
             with config_context(**settings):
                 return fn(args)
-        except _UsageError as exc:
+        except UsageError as exc:
             print(f"gpumine {name}: error: {exc}", file=sys.stderr)
             return 2
-        except (ValueError, TypeError, KeyError) as exc:
+        except KeyError as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             print(f"gpumine {name}: error: {msg}", file=sys.stderr)
+            return 2
+        except EXPECTED_ERRORS as exc:  # the input's or the user's (a bad file, an output folder missing): one line
+            print(f"gpumine {name}: error: {explain(exc) or type(exc).__name__}", file=sys.stderr)
             return 2
 
     wrapper.__name__ = fn.__name__
@@ -163,26 +261,28 @@ def _guard(fn):
 
 
 def _check_outputs(*paths) -> None:
-    """Output paths checked before the work (folder, permission, CSV suffix)."""
+    """Output paths checked before the work (folder, permission, a suffix of :data:`OUTPUT_SUFFIXES`)."""
     from ..io import check_output_path
 
     for path in paths:
         if path:
-            check_output_path(path, suffixes=(".csv", ".txt"))
+            check_output_path(path, suffixes=OUTPUT_SUFFIXES)
 
 
 def _load_train_test(args):
     if getattr(args, "output", None) and not args.test:
-        raise _UsageError("--output writes the predictions for --test; pass --test FILE (or drop --output)")
+        raise UsageError("--output writes the predictions for --test; pass --test FILE (or drop --output)")
     _check_outputs(getattr(args, "output", None))
     if args.label_column is None:
-        raise _UsageError("--label-column is required: the column of --train that holds the class")
-    no_header, sep = args.header == "no", args.delimiter or ","
-    train = _read_table(args.train, no_header, sep)
+        raise UsageError("--label-column is required: the column of --train that holds the class")
+    # every cell of a categorical table may be text, so the first row cannot be told a header by its cells' kind
+    # (as --header auto does for numeric tables): auto means yes here
+    no_header = args.header == "no"
+    train = _read_table(args.train, not no_header, args.delimiter)
     Xtr, ytr, col = _split(train, str(args.label_column))
     test = None
     if args.test:
-        test = _read_table(args.test, no_header, sep)
+        test = _read_table(args.test, not no_header, args.delimiter)
         if no_header and test.shape[1] == train.shape[1] - 1:
             Xte, yte = test, None
         elif col in test.columns:
@@ -190,7 +290,7 @@ def _load_train_test(args):
         else:
             Xte, yte = test, None
         if list(Xte.columns) != list(Xtr.columns):
-            raise _UsageError("the test file's feature columns differ from the training file's")
+            raise UsageError("the test file's feature columns differ from the training file's")
         test = (Xte, yte)
     return Xtr, ytr, test
 
@@ -212,7 +312,7 @@ def _report(name, model, test, args, fit_s):
         else:
             print(f"test accuracy: none (the label column is empty in all {len(yte)} test rows)")
     if args.output:
-        _atomic_write_text(args.output, _predictions_text(pred))
+        _write_output(args.output, {"prediction": pred}, lambda: _predictions_text(pred))
         print(f"predictions written to {args.output}")
 
 
@@ -226,6 +326,10 @@ def _run_nb(args):
     Xtr, ytr, test = _load_train_test(args)
     _too_many_values(Xtr, Xtr.columns, MAX_LEVELS, "categories a feature may have",
                      "drop the column from the CSV (an identifier?) or bin its values first")
+    _warn_continuous(args, _continuous_like(Xtr, Xtr.columns),
+                     "Naive Bayes counts every distinct value as a category of its own (a test value unseen in "
+                     "training tells it nothing)",
+                     "bin them into a few ranges first, or use gpumine tree, which splits numeric columns at thresholds")
     table = encode_table(Xtr, ["categorical"] * Xtr.shape[1])
     model = CategoricalNB(alpha=args.alpha, representation=args.representation, device=args.device,
                           backend=args.backend, handle_unknown=args.handle_unknown)
@@ -236,7 +340,7 @@ def _run_nb(args):
         codes = table.encode(test[0], handle_unknown="ignore")
         if args.handle_unknown == "error" and (codes < 0).any():
             r, j = np.argwhere(codes < 0)[0]
-            raise _UsageError(f"test row {r} has category {test[0].iloc[r, j]!r} in column {Xtr.columns[j]!r} "
+            raise UsageError(f"test row {r} has category {test[0].iloc[r, j]!r} in column {Xtr.columns[j]!r} "
                               "unseen in training; use --handle-unknown ignore")
         unseen = codes < 0
         codes = np.where(unseen, np.asarray(model.n_categories_)[None, :], codes)  # beyond the fitted categories
@@ -258,6 +362,7 @@ def _run_tree(args):
 
     from .tree import C45Classifier
     from .tree._encoding import MAX_NOMINAL_VALUES
+    from .tree._growth import slow_representation_message
 
     Xtr, ytr, test = _load_train_test(args)
     cat = args.categorical
@@ -277,7 +382,7 @@ def _run_tree(args):
             elif tok.lstrip("-").isdigit() and -len(names) <= int(tok) < len(names):
                 cf.append(int(tok) % len(names))
             else:
-                raise _UsageError(f"--categorical names unknown column {tok!r}")
+                raise UsageError(f"--categorical names unknown column {tok!r}")
     nonnum = [j for j, c in enumerate(Xtr.columns) if not pd.api.types.is_numeric_dtype(Xtr[c])]
     if cf is not None and not isinstance(cf, str):
         cf = sorted(set(cf) | set(nonnum))
@@ -285,6 +390,12 @@ def _run_tree(args):
     _too_many_values(Xtr, [Xtr.columns[j] for j in nominal], MAX_NOMINAL_VALUES, "values a nominal split may have",
                      "drop the column from the CSV (an identifier?)" +
                      ("" if cat == "auto" else " or leave it out of --categorical if it is numeric"))
+    found = _continuous_like(Xtr, [Xtr.columns[j] for j in nominal])
+    declared = [] if cf is None else {str(Xtr.columns[j]) for j in nominal} - {str(Xtr.columns[j]) for j in nonnum}
+    _warn_continuous(args, found, "the tree splits a categorical column into one branch per value",
+                     ("leave the numeric ones out of --categorical (C4.5 splits numeric columns at thresholds); "
+                      if any(name in declared for name, _ in found) else "") + "bin them into a few ranges, or drop "
+                     "an identifier column")
     params = dict(min_samples_leaf=args.min_samples_leaf, confidence=args.confidence, max_depth=args.max_depth,
                   prune=not args.unpruned, categorical_features=cf, handle_unknown=args.handle_unknown,
                   representation=args.representation, device=args.device, backend=args.backend)
@@ -292,17 +403,34 @@ def _run_tree(args):
     if scheduler is None and workers is None:
         model = C45Classifier(**params)
         t = time.perf_counter()
-        model.fit(Xtr, ytr)
+        with warnings.catch_warnings():
+            # said below in the command line's words
+            warnings.filterwarnings("ignore", message=r"representation='bit(map|slice)' on the CPU", category=UserWarning)
+            model.fit(Xtr, ytr)
         fit_s = time.perf_counter() - t
+        if slow_representation_message(args.representation, model._device) is not None:
+            _warn(args, f"--representation {args.representation} is several to hundreds of times slower on the CPU than "
+                  "--representation histogram, which grows the same tree; use --representation auto (the default) "
+                  "or histogram")
     else:
         model, fit_s = _fit_tree_on_dask(params, Xtr, ytr, scheduler, workers)
-    if not args.no_tree:
-        print(model.export_text())
+    if args.tree != "none":
+        print(_tree_text(model.export_text(), None if args.tree == "full" else TREE_SUMMARY_LINES))
     print(f"leaves: {model.n_leaves_}, nodes: {model.n_nodes_}, depth: {model.depth_}")
     if test is not None and args.handle_unknown == "error":
         _check_tree_categories(model, test[0])
     _report("tree", model, test, args, fit_s)
     return 0
+
+
+def _tree_text(text: str, max_lines: int | None) -> str:
+    """The tree's text, cut to its first ``max_lines`` lines (None: all) with a note of what was left out."""
+    lines = text.split("\n")
+    if max_lines is None or len(lines) <= max_lines:
+        return text
+    rest = len(lines) - max_lines
+    return "\n".join(lines[:max_lines] + [f"... ({rest} more line{'s' if rest > 1 else ''}; --tree full prints the "
+                                          "whole tree)"])
 
 
 def _fit_tree_on_dask(params, Xtr, ytr, scheduler, workers):
@@ -315,7 +443,7 @@ def _fit_tree_on_dask(params, Xtr, ytr, scheduler, workers):
     try:
         from distributed import Client
     except ImportError:
-        raise _UsageError(f"{flag} needs Dask: pip install 'gpumine[dask]'") from None
+        raise UsageError(f"{flag} needs Dask: pip install 'gpumine[dask]'") from None
     from ..distributed import C45Classifier as DaskC45Classifier
 
     with contextlib.ExitStack() as stack:
@@ -346,26 +474,30 @@ def _check_tree_categories(model, Xte):
         unseen = np.flatnonzero((codes >= cols.n_known[j]) & ~_isna(values))
         if unseen.size:
             r = int(unseen[0])
-            raise _UsageError(f"test row {r} has category {values[r]!r} in column {str(c)!r} unseen in training "
+            raise UsageError(f"test row {r} has category {values[r]!r} in column {str(c)!r} unseen in training "
                               f"({unseen.size} such rows); use --handle-unknown missing to treat unseen values as missing")
 
 
 def _read_transactions(args):
     path = args.input
     if not os.path.exists(path):
-        raise _UsageError(f"file not found: {path}")
+        raise UsageError(f"file not found: {path}")
     fmt = args.format
+    frame = None
     if fmt in ("auto", "onehot") and (fmt == "onehot" or path.endswith((".csv", ".csv.gz"))):
         try:
-            frame = pd.read_csv(path)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise _UsageError(f"cannot read {path} as CSV: {exc}".splitlines()[0]) from None
+            frame = _read_table(path, True, None)
+        except (ValueError, OSError, EOFError):
+            if fmt == "onehot":
+                raise
+            frame = None  # not a table (baskets of different lengths): read as baskets below
+    if frame is not None:
         vals = frame.to_numpy()
         ok = vals.dtype == bool or (vals.dtype.kind in "biuf" and np.isin(vals, (0, 1)).all())
         if ok:
             return frame.astype(bool)
         if fmt == "onehot":
-            raise _UsageError("a one-hot CSV must hold only 0/1 (or true/false) values")
+            raise UsageError("a one-hot CSV must hold only 0/1 (or true/false) values")
     import gzip
 
     opener = gzip.open if path.endswith(".gz") else open
@@ -378,7 +510,7 @@ def _read_transactions(args):
             sep = args.item_sep if args.item_sep is not None else ("," if "," in line else None)
             baskets.append([t.strip() for t in line.split(sep) if t.strip()])
     if not baskets:
-        raise _UsageError(f"{path} holds no transactions")
+        raise UsageError(f"{path} holds no transactions")
     return baskets
 
 
@@ -404,8 +536,10 @@ def _run_itemsets(args):
     for s, v in zip(order.itemsets[:args.top], order.support[:args.top]):
         print(f"{v:.4f}  {fmt(s)}")
     if args.output:
-        text = "support,itemset\n" + "".join(f"{v!r},{_csv_field(fmt(s))}\n" for s, v in zip(fi.itemsets, fi.support))
-        _atomic_write_text(args.output, text)
+        support = fi.support.to_numpy(dtype=np.float64)
+        names = np.array([fmt(s) for s in fi.itemsets], dtype=object)
+        _write_output(args.output, {"support": support, "itemset": names},
+                      lambda: "support,itemset\n" + "".join(f"{v!r},{_csv_field(n)}\n" for n, v in zip(names, support.tolist())))
     if args.rules:
         rules = association_rules(fi, metric=args.metric, min_threshold=args.min_threshold)
         print(f"{len(rules)} rules with {args.metric} >= {args.min_threshold}")
@@ -415,7 +549,8 @@ def _run_itemsets(args):
             out = rules.copy()
             out["antecedents"] = [fmt(a) for a in out.antecedents]
             out["consequents"] = [fmt(c) for c in out.consequents]
-            _atomic_write_text(args.rules_output, out.to_csv(index=False))
+            _write_output(args.rules_output, {str(c): out[c].to_numpy() for c in out.columns},
+                          lambda: out.to_csv(index=False))
     return 0
 
 

@@ -326,7 +326,9 @@ def encode_table(data, schema=None, *, max_integer_levels: int = 4096) -> Encode
 
     Parameters
     ----------
-    data : pandas.DataFrame, 2-D array-like, or str/path of a CSV file (read with pandas)
+    data : pandas.DataFrame, 2-D array-like, or str/path of a CSV file
+        A path is read with :func:`pandas.read_csv` and its defaults (first line the header, comma-separated);
+        for other layouts read the file yourself and pass the frame.
     schema : None, dict name → spec, or list of specs (one per column)
         A spec is ``"categorical"``, ``"integer"``, ``"numeric"`` (binned, 16
         equal-frequency bins) or a dict such as ``{"kind": "numeric", "bins": 8,

@@ -470,8 +470,9 @@ def measured_costs(device, backend="torch", histogram_backend="torch") -> dict:
     ``entry``: one (row, column) entry of a histogram (on ``histogram_backend``);
     ``pack``: one (row, column) entry scattered into a bitmap store.
 
-    The measurement takes about 20 ms on a CPU (16K rows x 8 columns) and a few ms
-    on a GPU (1M x 16), plus the Triton compilation when a backend is Triton.
+    The measurement times small passes (16K rows x 8 columns on a CPU, 1M x 16 on a
+    GPU), a small fraction of a second, plus the Triton compilation when a backend
+    is Triton.
     """
     key = (str(device), backend, histogram_backend)
     if key in _COSTS:
@@ -524,7 +525,7 @@ def choose_representation(n_rows, n_levels, n_sets, *, store_built=False, device
                           histogram_backend="torch") -> str:
     """``"bitmap"`` or ``"histogram"``, whichever the measured costs (:func:`measured_costs`) say is cheaper.
 
-    The costs are measured once per process and device (about 20 ms on a CPU).
+    The costs are measured once per process and device (a small fixed cost).
     Packing the store is counted when it is not built yet, so for arrays the
     histogram normally wins (packing is itself a pass of the same size); with a
     built store and few row sets, bitmaps can win on a GPU.

@@ -41,7 +41,13 @@ class _BitStore:
 
     @classmethod
     def from_csv(cls, path, schema=None, *, device=None, **read_csv_kwargs):
-        """Read a CSV with pandas (``read_csv_kwargs`` passed on) and pack it."""
+        """Read a CSV with :func:`pandas.read_csv` (``read_csv_kwargs`` passed on, pandas' own header and
+        delimiter defaults) and pack it.
+
+        This library entry keeps pandas' reader so that every pandas option works; the command line reads its
+        tables through :mod:`gpumine.io` (delimiter detection, gzip by content, errors naming the file's line).
+        To read a file that way, read it first and pass the frame to :meth:`from_data`.
+        """
         import pandas as pd
 
         return cls.from_data(pd.read_csv(path, **read_csv_kwargs), schema, device=device)

@@ -1,8 +1,9 @@
 """Data sets, named as scikit-learn names them: ``load_*`` real data, ``fetch_*`` downloads, ``make_*`` synthetic data.
 
 Loaders take a path to the publisher's file or find it in the shared real-data
-folder (:func:`find_data_dir`); downloads go to a checksummed cache
-(:func:`get_data_home`); generators are seeded.
+folder (:func:`find_data_dir`); downloads (:func:`fetch_covtype`,
+:func:`fetch_file`) go to a checked cache (:func:`get_data_home`); generators
+are seeded.
 """
 
 from ._datasets import (
@@ -11,6 +12,7 @@ from ._datasets import (
     KDD_FLAGS,
     KDD_PROTOCOL_TYPES,
     KDD_SERVICES,
+    fetch_covtype,
     load_adbench,
     load_covtype,
     load_covtype_sample,
@@ -25,6 +27,7 @@ from ._synthetic import make_gaussian_blobs, make_poker_hands, make_uniform, pok
 __all__ = [
     "load_covtype_sample",
     "load_covtype",
+    "fetch_covtype",
     "load_kddcup99",
     "load_poker_hand",
     "load_adbench",

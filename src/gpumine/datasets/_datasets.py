@@ -1,9 +1,10 @@
 """Loaders for the real data sets the seed papers use.
 
-Each loader takes ``path=`` to the publisher's file, so the full originals
-work; without a path it looks in the shared data folder (see
+Each ``load_*`` loader takes ``path=`` to the publisher's file, so the full
+originals work; without a path it looks in the shared data folder (see
 :func:`gpumine.datasets.find_data_dir`), and raises ``FileNotFoundError`` naming
-what it looked for when the file is not there.
+what it looked for when the file is not there. ``fetch_*`` downloads (once, into
+the cache of :func:`gpumine.datasets.get_data_home`), as scikit-learn names them.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from ._download import fetch_file
-from ._paths import find_data_dir
+from ._paths import find_data_dir, get_data_home
 from ..io._readers import WHITESPACE, _read_delimited, read_npz
 
 __all__ = [
+    "fetch_covtype",
     "load_covtype",
     "load_covtype_sample",
     "load_kddcup99",
@@ -104,6 +106,71 @@ def _check_n_features(n_features, maximum: int) -> int:
     return int(n_features)
 
 
+def fetch_covtype(
+    *,
+    data_home=None,
+    download_if_missing: bool = True,
+    n_features: int = _COVTYPE_FEATURES,
+    dtype=np.float32,
+):
+    """Download UCI Covertype into the cache if needed, and load it (Blackard 1998, doi:10.24432/C50K5N, CC BY 4.0).
+
+    The full original (581,012 rows, :data:`COVTYPE_URL`) is downloaded once
+    into the cache folder (:func:`gpumine.datasets.get_data_home`) and read
+    from there afterwards. UCI publishes no checksum for this file and we could
+    not confirm one, so instead of a made-up hash the file is checked by
+    content: it must parse as 581,012 rows of 55 columns with cover types 1-7.
+    The format is described in :func:`load_covtype`, which reads a local copy.
+
+    Parameters
+    ----------
+    data_home : str or path-like, optional
+        Download cache folder (see :func:`gpumine.datasets.fetch_file`).
+    download_if_missing : bool, default True
+        When False and the file is not in the cache yet, raise ``OSError``
+        instead of downloading.
+    n_features : int, default 54
+        Keep the first ``n_features`` columns; 10 gives the quantitative
+        attributes that distance-based methods (and the seed papers) use.
+    dtype : NumPy dtype, default float32
+
+    Returns
+    -------
+    X : ndarray of shape (581012, n_features)
+    y : ndarray of shape (581012,), int64
+        Cover types 1-7.
+
+    Raises
+    ------
+    OSError
+        If the download fails (the message says how to fetch the file
+        elsewhere and pass its path to :func:`load_covtype`), or if
+        ``download_if_missing`` is False and the file is not cached.
+    ValueError
+        If the file does not have UCI's rows, columns or cover types.
+
+    See Also
+    --------
+    load_covtype : the same data from a local file (or the shared sample).
+    """
+    n_features = _check_n_features(n_features, _COVTYPE_FEATURES)
+    if not download_if_missing:
+        cached = get_data_home(data_home) / Path(COVTYPE_URL).name
+        if not cached.is_file():
+            raise OSError(
+                f"{cached} is not in the download cache and download_if_missing=False; call "
+                "fetch_covtype() to download it, or pass a local covtype.data(.gz) to load_covtype(path)."
+            )
+    path = fetch_file(COVTYPE_URL, sha256=None, data_home=data_home)
+    X, y = _read_covtype(path, dtype)
+    if len(X) != _COVTYPE_ROWS:
+        raise ValueError(
+            f"{path}: the download has {len(X)} rows, but UCI's covtype.data has "
+            f"{_COVTYPE_ROWS}; delete it and retry."
+        )
+    return np.ascontiguousarray(X[:, :n_features]), y
+
+
 def load_covtype(
     path=None,
     *,
@@ -112,7 +179,7 @@ def load_covtype(
     n_features: int = _COVTYPE_FEATURES,
     dtype=np.float32,
 ):
-    """Load UCI Covertype (Blackard 1998, doi:10.24432/C50K5N, CC BY 4.0).
+    """Load UCI Covertype from a local file (Blackard 1998, doi:10.24432/C50K5N, CC BY 4.0).
 
     The file format is UCI's ``covtype.data``: no header, 55 comma-separated
     integers per row; columns 0-9 are quantitative (elevation, aspect, ...),
@@ -125,11 +192,9 @@ def load_covtype(
         ``covtype.data`` or ``covtype.data.gz`` (the full 581,012 rows, or any
         file in the same format).
     download : bool, default False
-        When ``path`` is None, fetch the full original from UCI
-        (:data:`COVTYPE_URL`) into the cache. UCI publishes no checksum for
-        this file and we could not confirm one, so instead of a made-up hash
-        the download is checked by content: it must parse as 581,012 rows of
-        55 columns with cover types 1-7.
+        When ``path`` is None, download the full original instead: the same
+        as :func:`fetch_covtype` (the downloader, named as scikit-learn names
+        downloaders), which this keeps working for code written before it.
     data_home : str or path-like, optional
         Download cache folder (see :func:`gpumine.datasets.fetch_file`).
     n_features : int, default 54
@@ -143,6 +208,10 @@ def load_covtype(
     y : ndarray of shape (n_rows,), int64
         Cover types 1-7.
 
+    See Also
+    --------
+    fetch_covtype : download the full original into the cache, then load it.
+
     Notes
     -----
     With neither ``path`` nor ``download`` the loader uses the shared
@@ -150,14 +219,17 @@ def load_covtype(
     ``download=True`` takes precedence over that sample.
     """
     n_features = _check_n_features(n_features, _COVTYPE_FEATURES)
-    downloaded = False
     if path is None and download:
-        path = fetch_file(COVTYPE_URL, sha256=None, data_home=data_home)
-        downloaded = True
-    elif path is None:
+        return fetch_covtype(data_home=data_home, n_features=n_features, dtype=dtype)
+    if path is None:
         path = _shared_file(
-            "covtype", "Pass path= to UCI's covtype.data(.gz), or download=True to fetch it."
+            "covtype", "Pass path= to UCI's covtype.data(.gz), or call fetch_covtype() to download it."
         )
+    X, y = _read_covtype(path, dtype)
+    return np.ascontiguousarray(X[:, :n_features]), y
+
+
+def _read_covtype(path, dtype):
     X, y = _read_delimited(
         path,
         label_column=_COVTYPE_FEATURES,
@@ -168,12 +240,7 @@ def load_covtype(
         what="UCI covtype.data",
     )
     _check_labels(y, range(1, 8), path, "cover type")
-    if downloaded and len(X) != _COVTYPE_ROWS:
-        raise ValueError(
-            f"{path}: the download has {len(X)} rows, but UCI's covtype.data has "
-            f"{_COVTYPE_ROWS}; delete it and retry."
-        )
-    return np.ascontiguousarray(X[:, :n_features]), y
+    return X, y
 
 
 def load_covtype_sample(n_features: int = 10, *, dtype=np.float32):

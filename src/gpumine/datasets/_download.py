@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from ..utils._atomic import atomic_open
 from ._paths import get_data_home
 
 __all__ = ["fetch_file", "sha256_of"]
@@ -90,54 +89,53 @@ def fetch_file(
     folder = get_data_home(data_home)
     target = folder / filename
     if target.exists():
-        _verify(target, sha256, expected_size, source=f"cached file {target}", remove=False)
+        _verify(target, sha256, expected_size, source=f"cached file {target}")
         return target
 
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{filename}.", suffix=".part")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            try:
-                with urllib.request.urlopen(url, timeout=_TIMEOUT_S) as response:
-                    while chunk := response.read(_CHUNK_BYTES):
-                        out.write(chunk)
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-                reason = getattr(exc, "reason", exc)
-                raise OSError(
-                    f"could not download {url} ({reason}). If this machine is offline, fetch "
-                    f"the file on another machine, copy it here, and pass its local path "
-                    f"(path=...) instead of downloading; or place it at {target}."
-                ) from exc
-        _verify(Path(temporary), sha256, expected_size, source=f"download of {url}", remove=True)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    # the one atomic writer: a temporary name in the cache folder, renamed to ``target`` only
+    # when the body completes, so a failed check (raised inside it) leaves no file behind
+    with atomic_open(target, "wb") as out:
+        digest, size = hashlib.sha256(), 0
+        try:
+            with urllib.request.urlopen(url, timeout=_TIMEOUT_S) as response:
+                while chunk := response.read(_CHUNK_BYTES):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    size += len(chunk)
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise OSError(
+                f"could not download {url} ({reason}). If this machine is offline, fetch "
+                f"the file on another machine, copy it here, and pass its local path "
+                f"(path=...) instead of downloading; or place it at {target}."
+            ) from exc
+        _check(size, digest.hexdigest, sha256, expected_size, source=f"download of {url}", cached=None)
     return target
 
 
-def _verify(
-    path: Path, sha256: str | None, expected_size: int | None, *, source: str, remove: bool
-):
-    size = path.stat().st_size
+def _verify(path: Path, sha256: str | None, expected_size: int | None, *, source: str):
+    _check(path.stat().st_size, lambda: sha256_of(path), sha256, expected_size, source=source, cached=path)
+
+
+def _check(size: int, actual_sha256, sha256: str | None, expected_size: int | None, *, source: str,
+           cached: Path | None):
+    """Raise ValueError when ``size`` or the digest (``actual_sha256()``, computed only when needed) is not the
+    expected one. ``cached`` is the file already in the cache (None for a download, which is discarded)."""
     if expected_size is not None and size != expected_size:
-        if remove:
-            path.unlink(missing_ok=True)
         raise ValueError(
             f"{source}: size {size} bytes, expected {expected_size}. "
-            + ("The download was deleted; try again." if remove else f"Delete {path} and retry.")
+            + ("The download was deleted; try again." if cached is None else f"Delete {cached} and retry.")
         )
     if sha256 is None:
         return
-    actual = sha256_of(path)
+    actual = actual_sha256()
     if actual != sha256:
-        if remove:
-            path.unlink(missing_ok=True)
         raise ValueError(
             f"{source}: SHA-256 mismatch: expected {sha256}, got {actual}. "
             + (
                 "The download was deleted; the server may have changed the file or it was "
                 "corrupted on the way."
-                if remove
-                else f"Delete {path} and retry."
+                if cached is None
+                else f"Delete {cached} and retry."
             )
         )

@@ -607,3 +607,25 @@ def _encode_categories(text: pd.Series, categories: list[str], where, column: st
             f"({shown}{more}); add it to that column's categories."
         )
     return codes
+
+
+def locate_feature_cell(path, row: int, feature: int, *, label_column=None, header="infer", delimiter=None,
+                        encoding: str = "utf-8") -> tuple[int, str, str]:
+    """Where a cell of the ``X`` that :func:`gpumine.io.read_csv` returned sits in the file.
+
+    ``row`` and ``feature`` are 0-based indices into ``X``; the other arguments are the ones
+    ``read_csv`` was given. Returns ``(line, column, text)``: the 1-based line a text editor
+    shows, the column's description (index, and header name when there is one) and the
+    cell's text as written (e.g. ``'n/a'``). Used to report a missing value where it is.
+    """
+    path = Path(os.fspath(path))
+    layout = _scan(path, delimiter=_check_delimiter(delimiter), header=_check_header(header), encoding=encoding)
+    label = None if label_column is None else _resolve_column(label_column, layout, "label_column")
+    column = [j for j in range(layout.n_fields) if j != label][feature]
+    line = _line_of_row(layout, row)
+    with _binary_stream(layout.path, layout.compressed) as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if lineno == line:
+                text = raw.decode(encoding, errors="replace").rstrip("\r\n").lstrip("\ufeff")
+                break
+    return line, _column_label(layout, column), _split_fields(text, layout.delimiter)[column].strip()

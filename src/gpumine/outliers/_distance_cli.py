@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from ..cli._args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, positive_int, read_features
+from ..cli._args import add_cluster_options, add_device_options, add_dtype_option, add_table_options, check_k, positive_int, read_features
 from ..cli._args import label_column as parse_label_column
 
 __all__ = ["register"]
@@ -48,15 +48,20 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("data", help="data file: .csv[.gz], .tsv, .parquet, .npy or .npz")
     p.add_argument("--top", "-n", type=positive_int, default=10, help="number of outliers (default 10)")
     p.add_argument("-k", "--k", type=positive_int, default=5, help="neighbours per weight (default 5)")
-    p.add_argument("--method", default="solving_set", choices=["solving_set", "brute_force"])
+    p.add_argument("--method", default="solving_set", choices=["solving_set", "brute_force"],
+                   help="solving_set (the default: prunes most points early, same outliers) or brute_force "
+                        "(every point's k nearest neighbours)")
     p.add_argument("--include-self", action="store_true",
-                   help="count each point as its own first neighbour at distance 0 (the seed paper's convention)")
+                   help="count each point as its own first neighbour at distance 0, so a weight sums the k-1 nearest "
+                        "other points (as Angiulli et al.'s GPU SolvingSet paper counts; the default excludes "
+                        "it, as scikit-learn and PyOD do)")
     p.add_argument("--metric", default="euclidean",
                    help="euclidean, sqeuclidean, manhattan, chebyshev, minkowski, cosine (default euclidean)")
     p.add_argument("--p", type=float, default=None, help="power for --metric minkowski")
     p.add_argument("--candidates", type=_candidates, default="auto", metavar="M",
                    help="SolvingSet candidates per iteration, or 'auto' (default)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the first SolvingSet candidates (default 0)")
+    p.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="random state that picks the first SolvingSet candidates (default 0)")
     add_table_options(p, label_help="column holding labels (index, negative from the end, or header name; for .npz "
                                     "the array name, e.g. y): left out of the distances and copied to the output")
     add_dtype_option(p)
@@ -103,6 +108,9 @@ def run_outliers(args) -> int:
                               delimiter=args.delimiter, dtype=args.dtype)
     if X.ndim == 1:
         X = X.reshape(-1, 1)
+    check_k(args.k, X.shape[0], args.data, excluding_self=not args.include_self)
+    if args.top > X.shape[0]:
+        raise ValueError(f"--top {args.top} asks for more outliers than {args.data} has rows ({X.shape[0]}); lower --top")
     start = time.perf_counter()
     common = dict(method=args.method, n_candidates=args.candidates, include_self=args.include_self,
                   metric=args.metric, p=args.p, random_state=args.seed, device=args.device, backend=args.backend,

@@ -14,8 +14,9 @@ import time
 
 import numpy as np
 
-from ..cli._args import add_deprecated_alias, add_device_options, add_dtype_option, add_table_options, read_features
+from ..cli._args import add_deprecated_alias, add_device_options, add_dtype_option, add_table_options, check_k, positive_int, read_features
 from ..cli._args import label_column as parse_label_column
+from ..cli._errors import in_flag_words
 
 __all__ = ["register", "run"]
 
@@ -45,7 +46,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("data", help="data file: .csv[.gz], .parquet, .npy or .npz")
     p.add_argument("--train", default=None, help="fit on this file and score DATA as new data (novelty detection)")
-    p.add_argument("-k", "--k", type=int, default=20, help="n_neighbors (default 20)")
+    p.add_argument("-k", "--k", type=positive_int, default=20,
+                   help="neighbours of each row (default 20); the fitted rows (DATA, or TRAIN) must number more "
+                        "than k: the command refuses a larger k, where the Python LocalOutlierFactor, as "
+                        "scikit-learn's, lowers it to the rows - 1 with a warning")
     p.add_argument("--contamination", type=_contamination, default="auto", help="'auto' (offset -1.5) or the expected outlier share")
     p.add_argument("--metric", default="euclidean", help="euclidean, sqeuclidean, manhattan, chebyshev, minkowski, cosine")
     p.add_argument("--p", type=float, default=None, help="power for --metric minkowski")
@@ -83,16 +87,18 @@ def run(args) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DuplicatesWarning)
         if args.train is None:
+            check_k(args.k, X.shape[0], args.data)
             labels = model.fit_predict(X)
             lof = np.asarray(model.outlier_scores_, dtype=np.float64)
         else:
             train, _ = read_features(args.train, header=args.header, delimiter=args.delimiter, dtype=args.dtype)
+            check_k(args.k, train.shape[0], args.train)
             model.fit(train)
             lof = -np.asarray(model.score_samples(X), dtype=np.float64)
             labels = model.predict(X)
     seconds = time.perf_counter() - start
     for w in caught:
-        print(f"gpumine lof: warning: {w.message}", file=sys.stderr)
+        print(f"gpumine lof: warning: {in_flag_words(str(w.message))}", file=sys.stderr)
     columns = {"lof": lof, "outlier": (np.asarray(labels) == -1).astype(np.int64)}
     if y is not None:
         columns["label"] = y

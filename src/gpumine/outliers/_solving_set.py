@@ -206,13 +206,13 @@ def _update_columns(space, heap, ub, rows_global, S, cols_global, k, margin, sta
 #: the tile (per device type; 0 turns it off, 1 always uses it). The sparse merge sorts the selected
 #: pairs three times (by value, then by row and by column group); the dense one makes several
 #: passes over the whole tile (row and column minima, a top-k along every row, the transposed tile
-#: of the columns that can improve and its top-k). On the CPU (one thread, 40,000 rows of
-#: Covertype, d = 10, m = 256) they cost the same at about 8 % of the tile (sparse 198-292 ms,
-#: dense 194-346 ms per 256 x 35,000 tile) and the sparse merge loses at 16-25 % (174-254 ms
-#: against 107-177 ms). On a GPU the sort is a radix sort and the dense top-k over rows of
-#: 10^5 columns runs one block per row, so the break-even should be higher: 1/8 there is a guess,
-#: not a measurement: time a run with ``SPARSE_FRACTION["cuda"]`` set to 0 (the dense merge
-#: only) and to 1/8, 1/4 (results are identical whatever it is).
+#: of the columns that can improve and its top-k). On the CPU (one thread, Covertype) they cost
+#: the same at about 8 % of the tile and the sparse merge loses at 16-25 % (BENCHMARKS.md,
+#: "Design measurements quoted in the code"), hence 1/16 there. On a GPU the sort is a radix
+#: sort and the dense top-k over rows of 10^5 columns runs one block per row, so the break-even
+#: should be higher: 1/8 there is a guess, not a measurement: time a run with
+#: ``SPARSE_FRACTION["cuda"]`` set to 0 (the dense merge only) and to 1/8, 1/4 (results are
+#: identical whatever it is).
 SPARSE_FRACTION = {"cpu": 1 / 16, "cuda": 1 / 8}
 
 

@@ -13,7 +13,7 @@
 The command line is ``gpumine stream`` (or ``python -m gpumine.stream``).
 """
 
-import importlib
+from ..utils._lazy import lazy_exports
 
 # Names are imported on first use (PEP 562), so ``python -m gpumine.stream`` can start
 # reading its input while the detector's modules (the kNN engine, scikit-learn) load.
@@ -39,15 +39,4 @@ __all__ = [
     "parse_threshold",
 ]
 
-
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -44,7 +44,7 @@ __all__ = ["register", "build_parser", "main", "run"]
 _MODEL_DEFAULTS = {
     "n_neighbors": 20,
     "window_size": 2048,
-    # a contamination of 10 % as PyOD's default; the seed's running mean flags 30-40 % of a real stream
+    # a contamination of 10 % as PyOD's default; the running-mean rule flags 30-40 % of a real stream
     "threshold": "quantile:0.9",
     "metric": "euclidean",
     "bins_per_dim": 10,
@@ -94,7 +94,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="streaming: StreamingLOF with a binned summary (default); sliding: SlidingWindowLOF")
     p.add_argument("--threshold", default=None,
                    help="quantile:Q flags LOF above the running Q-quantile (default quantile:0.9, a 10 %% contamination); "
-                        "mean: the seed paper's running mean (flags 30-40 %%); or an LOF value such as 1.5")
+                        "mean flags LOF above the running mean of all scores so far (30-40 %% of a real stream); "
+                        "or an LOF value such as 1.5 flags LOF above it")
     p.add_argument("--metric", default=None, help="distance (default euclidean)")
     p.add_argument("--bins-per-dim", type=positive_int, default=None, help="streaming: intervals per dimension (default 10)")
     p.add_argument("--decay", type=float, default=None, help="streaming: fading factor in (0, 1] (default 0.5)")
@@ -113,8 +114,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 _DESCRIPTION = (
-    "Score a stream of numeric records with LOF_GPU (StreamingLOF: each window scored with a binned "
-    "summary of all earlier data) or sliding-window LOF, as the records arrive. Writes one output "
+    "Score a stream of numeric records with streaming LOF (StreamingLOF: each window scored with a "
+    "binned summary of all earlier data) or sliding-window LOF, as the records arrive. Writes one output "
     "record per input record: line,lof,outlier (plus --echo columns), flushed after every window. "
     "Malformed records are reported on stderr and skipped. Ends at end of input or on Ctrl-C (the "
     "partial window is scored); --state FILE resumes a saved detector and saves it at the end. A resumed "

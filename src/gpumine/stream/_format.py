@@ -1,8 +1,8 @@
 """The text of ``gpumine stream``'s output records, built for a whole window at once with NumPy.
 
 ``'%.9g' % score`` costs a C call per score, and a window's rows as one ``%``-format
-still spent about 0.3 s per million records on one core, as much as the rest of the
-output path. Here the digits of every record are computed column by column in float64
+still cost as much as the rest of the output path (BENCHMARKS.md, "Design
+measurements quoted in the code"). Here the digits of every record are computed column by column in float64
 arithmetic, laid out in a byte matrix with a mask of the bytes shown, and compressed
 into the text in one call: about half the time, byte for byte the same text.
 

@@ -391,9 +391,9 @@ def _from_cudf(X, name: str) -> torch.Tensor:
 def all_finite(tensor: torch.Tensor) -> bool:
     """Whether every value is finite; host float data is checked by NumPy.
 
-    On the host NumPy's ``isfinite`` ran 30-100x faster than torch's (0.4 vs
-    41 ms for 32,768 x 65 float32 on a 2-core CI machine), a fixed cost of every
-    call that takes NumPy input.
+    On the host NumPy's ``isfinite`` is much faster than torch's, and this check
+    is a fixed cost of every call that takes NumPy input (BENCHMARKS.md, "Design
+    measurements quoted in the code").
     """
     if tensor.device.type == "cpu" and tensor.dtype in (torch.float32, torch.float64):
         return bool(np.isfinite(tensor.detach().numpy()).all())

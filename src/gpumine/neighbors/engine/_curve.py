@@ -11,7 +11,7 @@ from ...core.distance import Metric
 _CURVE_METRICS = ("euclidean", "sqeuclidean", "manhattan")
 
 
-# The curve order costs ~60 small launches and two sorts (~1 ms on the host), which pays where
+# The curve order costs ~60 small launches and two sorts, which pays where
 # the kernel's insertions are a large share (few features) or the search is large: with many
 # features it measured slower, by about 30 % on the small physics search (12,000 x 32,768 x 65)
 # and by 1-4 % on all-kNN of 262,144 points at d = 64 and 65 (BENCHMARKS.md).

@@ -144,7 +144,7 @@ if triton is not None:
 
     # sizes and offsets are not specialised on (divisibility by 16 is Triton's default): every
     # query count would otherwise pick one of two compiled variants, and a first call of the
-    # other (1-2 s of compilation) landed inside a benchmark's timed slice
+    # other (a compilation) landed inside a benchmark's timed slice
     @triton.jit(do_not_specialize=["n_query", "n_ref", "refs_per_split", "ref_offset"])
     def _fused_candidates_kernel(
         Q, R, BIAS, SELF, FIRST_TILE, OUT_SCORE, OUT_INDEX,

@@ -20,9 +20,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 import threading
 from pathlib import Path
+
+from ...utils._atomic import atomic_open
 
 __all__ = ["cache_path", "shape_class", "lookup", "record", "tuning", "tuning_results", "candidate_blocks"]
 
@@ -85,15 +86,8 @@ def record(key: str, blocks: tuple[int, int, int], timings_ms: dict[str, float])
         entries = dict(_entries())
         entries[key] = {"blocks": list(blocks), "ms": timings_ms}
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".knn_tiles.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(entries, f, indent=1, sort_keys=True)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        with atomic_open(path, "w") as f:
+            json.dump(entries, f, indent=1, sort_keys=True)
         _loaded = entries
 
 

@@ -367,7 +367,7 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
     search is not a one-block fused search of small operands, the shape is met
     for the first time (its eager run warms up), or the data is not finite or
     needs scaling (the eager path raises or scales). A search seen before is
-    looked up without planning it again (no free-memory queries: ~40 us each).
+    looked up without planning it again (no free-memory queries, each a driver call).
     """
     if not (GRAPH_SEARCHES and device.type == "cuda" and ref.dtype == torch.float32 and query.dtype == torch.float32):
         return None

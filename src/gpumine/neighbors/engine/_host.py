@@ -33,8 +33,8 @@ Exact scores in NumPy. For euclidean, sqeuclidean, manhattan and chebyshev the
 exact scores are formed in NumPy from a feature-major float64 copy of the
 references, in ``exact_scores``' order bit for bit (one IEEE operation per term
 and per addition, no contraction; tests/neighbors/engine/test_host_search.py compares them);
-cosine and inner product keep the torch form. Small torch operations cost
-5-10 us each and a NumPy pass over a few thousand values a fraction of that.
+cosine and inner product keep the torch form. A small torch operation's fixed
+cost is larger than a NumPy pass over a few thousand values.
 
 Duplicates. Exact duplicate rows (byte-identical, found by a 64-bit hash of each
 row checked byte for byte) are collapsed first: the search runs over distinct

@@ -36,7 +36,7 @@ _FUSED_MARGIN = {"exact": 1, "tf32": 4, "bf16": 8}
 
 
 # Searches of at most this many (query, reference) pairs keep twice the candidates: a retry
-# round (a host wait and ~100 launches, ~2 ms even for one row) costs more than the wider
+# round (a host wait and ~100 launches, even for one row) costs more than the wider
 # list. Measured at k = 7 with 16 instead of 8 candidates: the physics search (12,000 x 32,768
 # x 65, one row retried at 8) took about 40 % less time; of the larger searches 1M x 32,768 x 8
 # and all-kNN of 262,144 x 64 were 6-7 % slower (no row retried against ~1,800), all-kNN of

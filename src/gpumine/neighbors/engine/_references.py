@@ -28,8 +28,8 @@ class _References:
         self.host = ref
         self.resident = _fits_resident(ref, device) if resident is None else resident
         self.data = ref.to(device) if self.resident else ref
-        # from the device copy when there is one: torch's float64 sums ran ~10 ms on the
-        # host for 32,768 x 65 floats, a third of a small search from NumPy
+        # from the device copy when there is one: torch's float64 sums on the host are a
+        # large share of a small search from NumPy
         summary = None if self.resident else summary_of(ref)
         self.centre = metric.centre(self.data, None if summary is None else summary.column_sums)
         self._prepared = None
