@@ -32,6 +32,7 @@ __all__ = [
     "save_figure",
     "format_seconds",
     "format_count",
+    "DefaultsHelpFormatter",
 ]
 
 
@@ -195,3 +196,24 @@ def positive(kind):
 def format_count(n: int) -> str:
     """``1048576 -> "1,048,576"``."""
     return f"{n:,}"
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` that states each option's default once, in words.
+
+    argparse's own formatter appends ``(default: ...)`` to every option: also after a help text
+    that already says its default, and as Python (``None``, ``False``, ``['dims', 'refs']``).
+    This one skips options whose help mentions a default, those without one (None, False, a
+    flag) and writes a list as ``dims, refs``.
+    """
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if (text == argparse.SUPPRESS or "default" in text.lower() or default is None or default is False
+                or default is argparse.SUPPRESS or action.nargs == 0
+                or (not action.option_strings and action.nargs not in (argparse.OPTIONAL, argparse.ZERO_OR_MORE))):
+            return text
+        if isinstance(default, (list, tuple)):
+            default = ", ".join(str(value) for value in default)
+        return f"{text} (default: {str(default).replace('%', '%%')})"

@@ -64,7 +64,7 @@ if not __package__:  # run as a script (python benchmarks/knn.py): the repositor
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks._common import environment, format_count, format_seconds, positive, median, save_figure, time_call, write_json, write_text  # noqa: E402
+from benchmarks._common import DefaultsHelpFormatter, environment, format_count, format_seconds, positive, median, save_figure, time_call, write_json, write_text  # noqa: E402
 
 __all__ = [
     "main",
@@ -1015,7 +1015,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         prog=prog,
         description="Exact kNN benchmark: the CUKNN paper's experiments (k = 7), gpumine side by side with plain "
         "PyTorch, scikit-learn and faiss-cpu, with recall against a float64 reference.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--quick", action="store_true", help="tiny sizes (CI smoke run; every row well under a second on a CPU)")

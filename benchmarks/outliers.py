@@ -62,7 +62,7 @@ if not __package__:  # run as a script (python benchmarks/outliers.py): the repo
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks._common import environment, format_seconds, save_figure, synchronize, write_json, write_text  # noqa: E402
+from benchmarks._common import DefaultsHelpFormatter, environment, format_seconds, save_figure, synchronize, write_json, write_text  # noqa: E402
 
 __all__ = ["main", "build_parser", "load_dataset", "render_markdown", "plot_results", "DATASETS", "IMPLS"]
 
@@ -763,7 +763,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         prog=prog,
         description="Top-n distance-based outliers benchmark (GPU SolvingSet experiments): gpumine SolvingSet and BruteForce on the "
         "device, SolvingSet on the CPU, scikit-learn's KD-tree and PyOD KNN, n = 10, k in {5, 10, 50}.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (for the ss and bf rows)")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a CPU smoke run of every code path")

@@ -65,7 +65,7 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks._common import environment, format_count, format_seconds, positive, time_call, write_json, write_text  # noqa: E402
+from benchmarks._common import DefaultsHelpFormatter, environment, format_count, format_seconds, positive, time_call, write_json, write_text  # noqa: E402
 from benchmarks.realdata import check_knn, reference_knn, sample_rows, torch_knn  # noqa: E402
 
 __all__ = [
@@ -552,7 +552,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         prog=prog,
         description="Radius queries, kNN graphs and radius graphs: gpumine against plain PyTorch (same device) and "
         "scikit-learn (CPU), exactness checked against float64.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--rows", type=positive(int), default=1_000_000, help="points (uniform in [0, 1)^dims, float32)")
     p.add_argument("--dims", type=positive(int), default=8, help="features")

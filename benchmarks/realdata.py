@@ -70,7 +70,7 @@ if not __package__:  # run as a script (python benchmarks/realdata.py): the repo
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks._common import environment, format_count, format_seconds, positive, save_figure, time_call, write_json, write_text  # noqa: E402
+from benchmarks._common import DefaultsHelpFormatter, environment, format_count, format_seconds, positive, save_figure, time_call, write_json, write_text  # noqa: E402
 
 __all__ = [
     "main",
@@ -1101,7 +1101,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         prog=prog,
         description="Real-data sweep over the ADBench sets: all-kNN (k = 5, 20), LOF and top-10 outliers, gpumine "
         "against plain PyTorch on a GPU or scikit-learn on the CPU, exactness checked against float64.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--data", type=Path, default=None,
                    help=f"folder of ADBench *.npz files (default ${_DATA_DIR_VARIABLE}/adbench when set, else {_DEFAULT_DATA})")
