@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUITES = sorted(path.stem for path in (ROOT / "benchmarks").glob("*.py") if not path.stem.startswith("_"))
 
 
