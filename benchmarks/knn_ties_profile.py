@@ -68,10 +68,10 @@ def main(argv=None) -> int:
         print(name, json.dumps(record), flush=True)
         results[name] = record
     if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as f:
+        from gpumine.io import atomic_open
+
+        with atomic_open(args.out, "w") as f:
             json.dump(results, f, indent=1)
-        os.replace(tmp, args.out)
     return 0
 
 

@@ -127,29 +127,73 @@ def test_histogram_counts_past_2_31_codes():
     assert int(got.sum()) == n * d
 
 
-@needs_gpu
-def test_streamed_host_references_are_summarised_on_the_gpu_and_give_the_resident_results(monkeypatch):
+def _as_if_too_large(monkeypatch, streamed=True):
+    """References over 10 MB as if larger than the GPU (``streamed``), or as if only a third of it."""
     from gpumine.neighbors import _api
     from gpumine.neighbors.engine import _plan, _search
+
+    monkeypatch.setattr(_api, "fits_on_device", lambda nbytes, *a, **k: nbytes < 10**7)
+    if streamed:
+        for module in (_plan, _search):
+            monkeypatch.setattr(module, "_fits_resident", lambda ref, device: ref.device.type != "cpu")
+
+
+def _counting_summaries(monkeypatch):
+    from gpumine.neighbors import _api
+
+    calls = []
+    real = _api.summarise_on_device
+    monkeypatch.setattr(_api, "summarise_on_device", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+@needs_gpu
+@pytest.mark.parametrize("streamed", [True, False])
+def test_host_references_too_large_to_check_first_are_read_once_and_give_the_resident_results(monkeypatch, streamed):
+    from gpumine.neighbors import _api
+    from gpumine.neighbors.engine import _search
 
     X = np.random.default_rng(4).random((2_000_000, 8), dtype=np.float32)  # continuous: the fused kernel's stream
     Q = X[:500] + np.float32(1e-3)
     resident = kneighbors(X, Q, 10, device="cuda", working_memory=256)
-    monkeypatch.setattr(_api, "fits_on_device", lambda *a, **k: False)
-    monkeypatch.setattr(_plan, "_fits_resident", lambda ref, device: ref.device.type != "cpu")  # as if too large
+    _as_if_too_large(monkeypatch, streamed)
 
     def host_pass(*args, **kwargs):
-        raise AssertionError("a host pass over the references")
+        raise AssertionError("a pass over the references besides the search's")
 
     monkeypatch.setattr(_api, "all_finite", host_pass)
     monkeypatch.setattr(_search, "magnitudes", host_pass)
+    monkeypatch.setattr(_api, "summarise_on_device", host_pass)
     launches = []
     real = _search.fused_candidates
     monkeypatch.setattr(_search, "fused_candidates", lambda Q, R, *a, **k: launches.append(R.shape[0]) or real(Q, R, *a, **k))
-    streamed = kneighbors(X, Q, 10, device="cuda", working_memory=256)
-    assert len(launches) > 1 and sum(launches) >= X.shape[0]  # tiles of the host rows
-    np.testing.assert_array_equal(streamed[1], resident[1])
-    np.testing.assert_array_equal(streamed[0], resident[0])
+    found = kneighbors(X, Q, 10, device="cuda", working_memory=256)
+    if streamed:
+        assert len(launches) > 1 and X.shape[0] <= sum(launches) < 2 * X.shape[0]  # the host rows, once
+    np.testing.assert_array_equal(found[1], resident[1])
+    np.testing.assert_array_equal(found[0], resident[0])
     X[5, 3] = np.nan
     with pytest.raises(ValueError, match="X_ref"):
         kneighbors(X, Q, 10, device="cuda", working_memory=256)
+
+
+@needs_gpu
+@pytest.mark.parametrize("kind", ["tiny", "huge", "integers", "self"])
+def test_streamed_references_whose_facts_break_the_assumptions_are_searched_again(monkeypatch, kind):
+    rng = np.random.default_rng(9)
+    X = rng.random((600_000, 6), dtype=np.float32)
+    if kind == "tiny":
+        X *= np.float32(1e-30)  # needs the range scaling the search did not plan
+    elif kind == "huge":
+        X *= np.float32(1e25)
+    elif kind == "integers":
+        X = np.floor(X * 8).astype(np.float32)
+    # queries of ordinary magnitude: the search is planned from them, so tiny or huge references break its plan
+    Q = None if kind == "self" else rng.random((300, 6), dtype=np.float32)
+    resident = kneighbors(X, Q, 7, device="cuda", working_memory=256)
+    _as_if_too_large(monkeypatch)
+    summaries = _counting_summaries(monkeypatch)
+    streamed = kneighbors(X, Q, 7, device="cuda", working_memory=256)
+    np.testing.assert_array_equal(streamed[1], resident[1])
+    np.testing.assert_array_equal(streamed[0], resident[0])
+    assert len(summaries) == (1 if kind in ("tiny", "huge") else 0)

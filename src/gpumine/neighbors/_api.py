@@ -11,7 +11,8 @@ from ..config import resolve_device, working_memory_bytes
 from ..core.distance import check_precision, get_metric
 from ..core.tiles import fits_on_device, same_device
 from ._metrics_extra import EXTRA_METRICS, check_backend, extra_kneighbors, is_extra_metric, make_extra_form
-from .engine import choose_backend, knn_search, search_with_graph, smallest_nonzero_magnitude, summarise_on_device
+from .engine import (assumptions_held, choose_backend, facts_of, gather_facts, knn_search, search_with_graph, smallest_nonzero_magnitude,
+                     summarise_on_device)
 
 __all__ = ["kneighbors", "tune_knn"]
 
@@ -20,7 +21,7 @@ def _common_dtype(*tensors: torch.Tensor) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
-def _to_device_checked(arrays: dict, device: torch.device):
+def _to_device_checked(arrays: dict, device: torch.device, gather: tuple = ()):
     """Validated tensors on a GPU, checked for NaN/inf there; their largest and smallest nonzero magnitudes.
 
     ``arrays`` maps parameter names to tensors (the same tensor once). Host data
@@ -30,7 +31,10 @@ def _to_device_checked(arrays: dict, device: torch.device):
     NumPy's isfinite, min and max of the physics search's 12,000 + 32,768 rows
     x 65 took nearly a third of the search. Host data too large to copy is
     summarised in one pass through the GPU (``engine._host_summary``): the
-    search then reads its facts instead of the host data.
+    search then reads its facts instead of the host data. With ``gather``, host
+    references too large to copy are not summarised first: the search gathers
+    their facts from the tiles it streams (``engine.gather_facts``), and the
+    returned magnitudes are those of the other arrays only.
     """
     moved, extremes, host_ends = {}, [], []
     unknown = False  # magnitudes of data left where it is and not summarised
@@ -41,6 +45,9 @@ def _to_device_checked(arrays: dict, device: torch.device):
                 if not tensor.numel():
                     continue
                 if tensor.device.type == "cpu" and tensor.dim() == 2:
+                    if name in gather:  # the search's own pass gathers the facts (see engine._host_summary)
+                        gather_facts(tensor)
+                        continue
                     # one pass through the GPU instead of the host's (see engine._host_summary)
                     summary = summarise_on_device(tensor, device)
                     if not summary.finite:
@@ -249,25 +256,32 @@ def _search(ref, query, k, metric_obj, exclude_self, dev, budget_bytes, result_d
     """The eager search: GPU operands copied and checked first, then the engine."""
     magnitude = tiniest = None
     if dev.type == "cuda":
-        arrays, (magnitude, tiniest) = _to_device_checked({"X_ref": ref} if exclude_self else {"X_ref": ref, "X_query": query}, dev)
+        arrays, (magnitude, tiniest) = _to_device_checked({"X_ref": ref} if exclude_self else {"X_ref": ref, "X_query": query}, dev,
+                                                          gather=("X_ref",))
         ref = arrays["X_ref"]
         query = ref if exclude_self else arrays["X_query"]
-    return knn_search(
-        ref,
-        query,
-        k,
-        metric_obj,
-        exclude_self=exclude_self,
-        device=dev,
-        budget_bytes=budget_bytes,
-        result_device=result_device,
-        verbose=verbose,
-        backend=backend,
-        as_distance=True,
-        precision=precision,
-        magnitude=magnitude,
-        tiniest=tiniest,
-    )
+    common = dict(exclude_self=exclude_self, device=dev, budget_bytes=budget_bytes, result_device=result_device,
+                  verbose=verbose, backend=backend, as_distance=True, precision=precision)
+    gathering = facts_of(ref) is not None  # host references streamed once, their facts gathered on the way
+    try:
+        found = knn_search(ref, query, k, metric_obj, magnitude=magnitude, tiniest=tiniest, **common)
+    except Exception:
+        if gathering and not assumptions_held(ref, magnitude, tiniest)[0] and not summarise_on_device(ref, dev).finite:
+            raise non_finite_error(ref, "X_ref") from None  # what failed the search
+        raise
+    if not gathering:
+        return found
+    held, facts = assumptions_held(ref, magnitude, tiniest)
+    if held:
+        return found
+    if facts is not None and not facts.finite:
+        raise non_finite_error(ref, "X_ref")
+    # the one-pass assumptions did not hold (data near the ends of the float range): summarise, search again
+    summary = summarise_on_device(ref, dev)
+    if not summary.finite:
+        raise non_finite_error(ref, "X_ref")
+    magnitude, tiniest = max(magnitude, summary.largest), min(tiniest, summary.tiniest)
+    return knn_search(ref, ref if exclude_self else query, k, metric_obj, magnitude=magnitude, tiniest=tiniest, **common)
 
 
 def tune_knn(X_ref, X_query=None, k: int = 5, *, metric: str = "euclidean", p: float | None = None, device=None,

@@ -71,3 +71,71 @@ def test_centre_from_the_summary_equals_the_metrics_own_bit_for_bit():
 def test_empty_data_has_an_empty_summary():
     summary = summarise_on_device(torch.empty((0, 3)), CPU)
     assert summary.finite and summary.largest == 0.0 and summary.tiniest == math.inf
+
+
+# -- facts gathered by the search's own pass (one pass over streamed references) --------------
+from gpumine.neighbors.engine._host_summary import assumptions_held, facts_of, gather_facts  # noqa: E402
+
+
+def _gathered(X, tile_rows, order=None):
+    facts = gather_facts(X)
+    starts = list(range(0, X.shape[0], tile_rows))
+    for start in starts if order is None else order(starts):
+        facts.observe(start, X[start : start + tile_rows])
+    return facts
+
+
+@pytest.mark.parametrize("kind", ["uniform", "integers", "subnormal", "zeros", "mixed"])
+def test_gathered_facts_equal_the_summary(kind):
+    rng = np.random.default_rng(6)
+    X = {"uniform": lambda: rng.random((3000, 5)),
+         "integers": lambda: rng.integers(-4, 9, (3000, 5)),
+         "subnormal": lambda: rng.random((3000, 5)) * 1e-42,
+         "zeros": lambda: np.zeros((3000, 5)),
+         "mixed": lambda: rng.standard_normal((3000, 5)) * np.array([1e-30, 1, 1e30, 0, 7])}[kind]()
+    X = torch.from_numpy(np.asarray(X, dtype=np.float32))
+    summary = summarise_on_device(X, CPU)
+    # tiles seen out of order and twice (a retry) change nothing
+    found = _gathered(X, 700, order=lambda s: s[::-1] + s).settle()
+    for field in ("finite", "low", "high", "tiniest", "integral"):
+        assert getattr(found, field) == getattr(summary, field), field
+
+
+def test_facts_of_unseen_rows_are_unknown_and_a_changed_tensor_drops_them():
+    X = torch.rand(1000, 3)
+    facts = gather_facts(X)
+    facts.observe(0, X[:400])
+    facts.observe(800, X[800:])  # rows 400-799 never streamed
+    assert facts.settle() is None
+    assert facts_of(X) is facts
+    X[0, 0] = 0.5  # an in-place change
+    assert facts_of(X) is None
+
+
+@pytest.mark.parametrize("scale, held", [(1.0, True), (1e-30, False), (1e30, False)])
+def test_assumptions_hold_where_the_rows_need_the_planned_range(scale, held):
+    X = torch.rand(2000, 4) * scale
+    _gathered(X, 512)
+    got, facts = assumptions_held(X, 1.0, 0.01)  # planned with the queries' magnitudes
+    assert got is held and facts.finite
+    assert facts_of(X) is None  # gathering stops
+
+
+def test_non_finite_rows_and_unseen_rows_fail_the_assumptions():
+    X = torch.rand(2000, 4)
+    X[1500, 2] = float("nan")
+    _gathered(X, 512)
+    held, facts = assumptions_held(X, 1.0, 0.01)
+    assert not held and not facts.finite
+    Y = torch.rand(2000, 4)
+    gather_facts(Y).observe(0, Y[:512])
+    assert assumptions_held(Y, 1.0, 0.01) == (False, None)
+    assert assumptions_held(torch.rand(5, 2), 1.0, 0.01) == (False, None)  # never gathered
+
+
+def test_gathering_facts_says_float32_exactness_is_unknown():
+    X = torch.from_numpy(np.random.default_rng(1).integers(0, 5, (300, 3)).astype(np.float32))
+    metric = get_metric("euclidean")
+    assert float32_scores_exact(X, X, metric)
+    gather_facts(X)
+    assert not float32_scores_exact(X, X, metric)  # not read from the host data while the search gathers

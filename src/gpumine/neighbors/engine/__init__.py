@@ -31,18 +31,18 @@ torch twins):
   launch; ``_exact_tile_kernel``: exact score tiles for large ``k``, and every
   reference within a score threshold (:func:`scores_within`, which radius
   queries use to propose candidates).
-* ``_host_summary``: facts about host references taken in one pass through
-  the GPU.
+* ``_host_summary``: facts about host references, taken in one pass through
+  the GPU or gathered by the search from the tiles it streams.
 """
 
 from ._exact_tile_kernel import exact_tile_available, scores_within, scores_within_torch
 from ._fused_tuning import tuning
 from ._graphs import clear_search_graphs, search_with_graph
-from ._host_summary import summarise_on_device
+from ._host_summary import assumptions_held, facts_of, gather_facts, summarise_on_device
 from ._magnitude import smallest_nonzero_magnitude
 from ._plan import SearchPlan, choose_backend, fused_unsupported, plan_search
 from ._search import knn_search
 
 __all__ = ["knn_search", "SearchPlan", "plan_search", "choose_backend", "fused_unsupported", "search_with_graph",
            "clear_search_graphs", "smallest_nonzero_magnitude", "tuning", "scores_within", "scores_within_torch",
-           "exact_tile_available", "summarise_on_device"]
+           "exact_tile_available", "summarise_on_device", "gather_facts", "facts_of", "assumptions_held"]

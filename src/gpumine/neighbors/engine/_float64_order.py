@@ -20,7 +20,7 @@ import torch
 
 from ...core.distance import Metric
 from ...core.tiles import iter_row_chunks
-from ._host_summary import summary_of
+from ._host_summary import facts_of, summary_of
 
 __all__ = ["FLOAT64_ORDER_METRICS", "float32_scores_exact", "exact_for_range", "needs_float64_order", "rescore", "certified_rows",
            "Float64Tiles"]
@@ -38,6 +38,8 @@ def float32_scores_exact(ref: torch.Tensor, query: torch.Tensor, metric: Metric)
     for X in (ref,) if query is ref else (ref, query):
         if X.numel() == 0:
             continue
+        if facts_of(X) is not None:  # facts still being gathered by this search: not known to be exact
+            return False
         summary = summary_of(X)
         if summary is not None:  # host references summarised on the GPU
             if not summary.integral:

@@ -7,7 +7,7 @@ import torch
 from ...core.distance import Metric
 from ...core.tiles import iter_row_chunks
 from ._curve import _CurveOrder
-from ._host_summary import summary_of
+from ._host_summary import facts_of, observe_copy, summary_of
 from ._plan import _fits_resident
 
 
@@ -28,10 +28,18 @@ class _References:
         self.host = ref
         self.resident = _fits_resident(ref, device) if resident is None else resident
         self.data = ref.to(device) if self.resident else ref
+        if self.resident and self.data is not ref:
+            observe_copy(ref, self.data)  # the facts a search gathers (see _host_summary), from the copy
         # from the device copy when there is one: torch's float64 sums on the host are a
         # large share of a small search from NumPy
         summary = None if self.resident else summary_of(ref)
-        self.centre = metric.centre(self.data, None if summary is None else summary.column_sums)
+        # streamed references whose facts the search gathers as it goes (one pass over the host data,
+        # see _host_summary): the L2 centre from the first tile; exact results do not depend on it
+        self._facts = None if self.resident or summary is not None else facts_of(ref)
+        if self._facts is not None:
+            self.centre = metric.centre(self.data[:rows_per_tile].to(device))
+        else:
+            self.centre = metric.centre(self.data, None if summary is None else summary.column_sums)
         self._prepared = None
         self._by_feature = None
         self._sample = None
@@ -51,13 +59,18 @@ class _References:
             return
         scales = []
         for start, chunk in iter_row_chunks(self.data, self.rows_per_tile, self.device):
+            if self._facts is not None:
+                self._facts.observe(start, chunk)
             prepared = self.metric.prepare(chunk, self.centre, "ref")
             scales.append(self.metric.ref_scale(prepared))
             yield start, prepared
         self.scale = _max_scale(scales)
 
     def raw_tiles(self):
-        yield from iter_row_chunks(self.data, self.rows_per_tile, self.device)
+        for start, chunk in iter_row_chunks(self.data, self.rows_per_tile, self.device):
+            if self._facts is not None:
+                self._facts.observe(start, chunk)
+            yield start, chunk
 
     def curve_order(self) -> "_CurveOrder":
         """The resident references' space-filling-curve order (computed once)."""

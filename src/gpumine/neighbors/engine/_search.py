@@ -48,6 +48,7 @@ from ._exact_tile_kernel import exact_tile_scores, scores_within
 from ._float64_order import FLOAT64_ORDER_METRICS, Float64Tiles, certified_rows, needs_float64_order, rescore
 from ._fused_kernel import fused_candidates
 from ._magnitude import arithmetic, magnitudes
+from ._host_summary import observe_copy
 from ._plan import _KERNEL_PRECISION, SearchPlan, _fits_resident, _scores_directly, candidate_count, plan_search
 from ._references import _References
 from ._rerank import _exact_scan, _rerank
@@ -199,7 +200,8 @@ def knn_search(
     order64 = float64_order and needs_float64_order(ref, query, metric)
     if _dense_eligible(ref, metric, float64_order, device, backend, precision) and not same_device(ref.device, device):
         same = query is ref  # dense searches keep the references on the device
-        ref = ref.to(device)
+        host, ref = ref, ref.to(device)
+        observe_copy(host, ref)  # the facts a search of streamed references gathers (see _host_summary)
         query = ref if same else query.to(device)
     unique = UniqueRows.find(ref) if dedupe and _dedup_applies(ref, query, k, metric, device, exclude_self) else None
     if unique is not None:  # the distinct rows' search decides for itself whether it runs dense
