@@ -202,7 +202,7 @@ def copy_to_host(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     flat_src, flat_dst = src.contiguous().view(-1), dst.view(-1)
     stream = torch.cuda.current_stream(src.device)
     with _host_copy_lock:  # one set of staging buffers per GPU, shared by the threads of a process
-        key = (src.device, src.dtype)
+        key = (src.device, src.dtype, step)  # the piece size is part of the key: it can be changed between calls
         staging = _host_copy_staging.get(key)
         if staging is None:
             staging = _host_copy_staging[key] = [torch.empty(step, dtype=src.dtype, pin_memory=True) for _ in range(2)]
