@@ -31,8 +31,8 @@ def _one_clear_line(capsys, expected):
 
 # nb and tree read their tables through gpumine.io, which words it its own way
 @pytest.mark.parametrize("argv,expected", [
-    (["nb", "--train", "{d}/cut.csv.gz", "--label-column", "y"], "the gzip stream is damaged or cut short"),
-    (["tree", "--train", "{d}/cut.csv.gz", "--label-column", "y"], "the gzip stream is damaged or cut short"),
+    (["nb", "{d}/cut.csv.gz", "--label-column", "y"], "the gzip stream is damaged or cut short"),
+    (["tree", "{d}/cut.csv.gz", "--label-column", "y"], "the gzip stream is damaged or cut short"),
     (["itemsets", "{d}/cut.csv.gz", "--min-support", "0.5"], "the input is truncated or corrupt")])
 def test_a_truncated_gzip_input_is_one_clear_error(files, capsys, argv, expected):
     assert main([a.format(d=files) for a in argv] + ["--device", "cpu"]) == 2
@@ -94,7 +94,7 @@ def test_output_to_a_device_node_is_written_through():
     assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
 
 
-@pytest.mark.parametrize("command", [["nb", "--train", "{d}/t.csv", "--test", "{d}/t.csv", "--label-column", "y"]])
+@pytest.mark.parametrize("command", [["nb", "{d}/t.csv", "{d}/t.csv", "--label-column", "y"]])
 def test_counting_outputs_get_ordinary_permissions(files, command, capsys):
     pd.DataFrame({"a": [0, 1, 1, 0] * 5, "y": [0, 1, 1, 0] * 5}).to_csv(files / "t.csv", index=False)
     out = files / "pred.csv"
@@ -107,9 +107,9 @@ def test_counting_outputs_get_ordinary_permissions(files, command, capsys):
 @pytest.mark.parametrize("command", ["nb", "tree"])
 def test_output_without_test_is_a_usage_error(files, command, capsys):
     pd.DataFrame({"a": [0, 1, 1, 0] * 5, "y": [0, 1, 1, 0] * 5}).to_csv(files / "t.csv", index=False)
-    assert main([command, "--train", str(files / "t.csv"), "--label-column", "y", "--device", "cpu",
+    assert main([command, str(files / "t.csv"), "--label-column", "y", "--device", "cpu",
                  "--output", str(files / "p.csv")]) == 2
-    _one_clear_line(capsys, "pass --test FILE")
+    _one_clear_line(capsys, "pass a TEST file after TRAIN")
 
 
 def test_version_exits_0(capsys):
@@ -119,7 +119,7 @@ def test_version_exits_0(capsys):
 
 
 @pytest.mark.parametrize("command", [["knn", "{d}/x.csv"], ["lof", "{d}/x.csv"], ["outliers", "{d}/x.csv"],
-                                     ["nb", "--train", "{d}/t.csv", "--test", "{d}/t.csv", "--label-column", "y"],
+                                     ["nb", "{d}/t.csv", "{d}/t.csv", "--label-column", "y"],
                                      ["itemsets", "{d}/t.csv", "--min-support", "0.5"]])
 @pytest.mark.parametrize("output,expected", [("no/such/p.csv", "does not exist"), ("p.xlsx", "unknown extension")])
 def test_outputs_are_checked_before_the_work(files, capsys, command, output, expected, monkeypatch):
@@ -137,7 +137,7 @@ def test_outputs_are_checked_before_the_work(files, capsys, command, output, exp
 
 def test_old_spellings_still_work_and_say_what_to_use(files, capsys):
     pd.DataFrame({"a": [0, 1, 1, 0] * 5, "y": [0, 1, 1, 0] * 5}).to_csv(files / "t.csv", index=False)
-    assert main(["nb", "--train", str(files / "t.csv"), "--label", "y", "--sep", ",", "--device", "cpu"]) == 0
+    assert main(["nb", str(files / "t.csv"), "--label", "y", "--sep", ",", "--device", "cpu"]) == 0
     err = capsys.readouterr().err
     assert "--label is deprecated" in err and "use --label-column" in err and "use --delimiter" in err
     assert main(["knn", str(files / "x.csv"), "--header", "infer", "-k", "1", "--device", "cpu", "-o",

@@ -41,7 +41,7 @@ def weather(tmp_path):
 
 def test_tree_prints_j48_tree_and_accuracy(weather, tmp_path, capsys):
     out = tmp_path / "pred.csv"
-    assert run(["tree", "--train", str(weather), "--test", str(weather), "--label-column", "play", "--device", "cpu",
+    assert run(["tree", str(weather), str(weather), "--label-column", "play", "--device", "cpu",
                 "--output", str(out)]) == 0
     text = capsys.readouterr().out
     assert "|   humidity <= 75: yes (2.0)" in text
@@ -52,24 +52,24 @@ def test_tree_prints_j48_tree_and_accuracy(weather, tmp_path, capsys):
 
 
 def test_nb_accuracy_and_label_by_index(weather, capsys):
-    assert run(["nb", "--train", str(weather), "--test", str(weather), "--label-column", "-1", "--device", "cpu"]) == 0
+    assert run(["nb", str(weather), str(weather), "--label-column", "-1", "--device", "cpu"]) == 0
     assert "test accuracy:" in capsys.readouterr().out
 
 
 def test_nb_unseen_category_is_a_usage_error(weather, tmp_path, capsys):
     test = tmp_path / "test.csv"
     test.write_text(WEATHER.replace("overcast,83", "foggy,83"))
-    assert run(["nb", "--train", str(weather), "--test", str(test), "--label-column", "play", "--device", "cpu"]) == 2
+    assert run(["nb", str(weather), str(test), "--label-column", "play", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert "foggy" in err and "--handle-unknown" in err and len(err.strip().splitlines()) == 1
-    assert run(["nb", "--train", str(weather), "--test", str(test), "--label-column", "play", "--device", "cpu",
+    assert run(["nb", str(weather), str(test), "--label-column", "play", "--device", "cpu",
                 "--handle-unknown", "ignore"]) == 0
 
 
 def test_bad_inputs_exit_2_with_one_line(weather, tmp_path, capsys):
-    assert run(["tree", "--train", str(tmp_path / "missing.csv"), "--label-column", "play"]) == 2
-    assert run(["tree", "--train", str(weather), "--label-column", "nope", "--device", "cpu"]) == 2
-    assert run(["tree", "--train", str(weather), "--label-column", "play", "--categorical", "zzz", "--device", "cpu"]) == 2
+    assert run(["tree", str(tmp_path / "missing.csv"), "--label-column", "play"]) == 2
+    assert run(["tree", str(weather), "--label-column", "nope", "--device", "cpu"]) == 2
+    assert run(["tree", str(weather), "--label-column", "play", "--categorical", "zzz", "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("gpumine tree: error:") for line in err)
 
@@ -96,11 +96,11 @@ def test_itemsets_baskets_and_onehot(tmp_path, capsys):
 def test_tree_unseen_category_is_a_usage_error(weather, tmp_path, capsys):
     test = tmp_path / "test.csv"
     test.write_text(WEATHER.replace("overcast,83", "foggy,83"))
-    assert run(["tree", "--train", str(weather), "--test", str(test), "--label-column", "play", "--device", "cpu"]) == 2
+    assert run(["tree", str(weather), str(test), "--label-column", "play", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert "'foggy'" in err and "'outlook'" in err and "--handle-unknown missing" in err
     assert len(err.strip().splitlines()) == 1
-    assert run(["tree", "--train", str(weather), "--test", str(test), "--label-column", "play", "--device", "cpu",
+    assert run(["tree", str(weather), str(test), "--label-column", "play", "--device", "cpu",
                 "--handle-unknown", "missing", "--no-tree"]) == 0
     assert "test accuracy:" in capsys.readouterr().out
 
@@ -109,12 +109,12 @@ def test_tree_unseen_category_is_a_usage_error(weather, tmp_path, capsys):
 def test_empty_class_labels(command, weather, tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text(WEATHER.replace("rainy,68,80,FALSE,yes", "rainy,68,80,FALSE,"))
-    assert run([command, "--train", str(bad), "--label-column", "play", "--device", "cpu"]) == 2
+    assert run([command, str(bad), "--label-column", "play", "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "label column 'play' is empty in 1 of 14 training rows" in err[0]
     assert "row 4" in err[0] and "fill in or drop" in err[0]
     # in the test file an empty label only leaves that row out of the accuracy
-    assert run([command, "--train", str(weather), "--test", str(bad), "--label-column", "play", "--device", "cpu"]) == 0
+    assert run([command, str(weather), str(bad), "--label-column", "play", "--device", "cpu"]) == 0
     assert "(13 rows; 1 rows without a label left out)" in capsys.readouterr().out
 
 
@@ -127,9 +127,9 @@ def test_too_many_categories(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(c45, "MAX_NOMINAL_VALUES", 20)
     p = tmp_path / "ids.csv"
     p.write_text("id,color,label\n" + "".join(f"id{i},{'rgb'[i % 3]},{'ab'[i % 2]}\n" for i in range(30)))
-    assert run(["nb", "--train", str(p), "--label-column", "label", "--device", "cpu"]) == 2
-    assert run(["tree", "--train", str(p), "--label-column", "label", "--device", "cpu"]) == 2
-    assert run(["tree", "--train", str(p), "--label-column", "label", "--device", "cpu", "--categorical", "id"]) == 2
+    assert run(["nb", str(p), "--label-column", "label", "--device", "cpu"]) == 2
+    assert run(["tree", str(p), "--label-column", "label", "--device", "cpu"]) == 2
+    assert run(["tree", str(p), "--label-column", "label", "--device", "cpu", "--categorical", "id"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3
     assert all("column 'id' has 30 distinct values, more than the 20" in line for line in err)

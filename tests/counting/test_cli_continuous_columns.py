@@ -32,7 +32,7 @@ def _warnings(err):
 
 
 def test_nb_warns_once_naming_the_continuous_columns_and_what_to_do(floats, capsys):
-    assert _run(["nb", "--train", str(floats), "--test", str(floats), "--label-column", "label",
+    assert _run(["nb", str(floats), str(floats), "--label-column", "label",
                  "--device", "cpu"]) == 0
     out, err = capsys.readouterr()
     assert "test accuracy: 1.0000" in out  # what the warning is about: each value memorised
@@ -47,7 +47,7 @@ def test_nb_warns_once_naming_the_continuous_columns_and_what_to_do(floats, caps
 def test_nb_warns_about_many_distinct_integers_too(tmp_path, capsys):
     path = tmp_path / "ids.csv"
     path.write_text("id,colour,label\n" + "".join(f"{i},{'red' if i % 2 else 'blue'},{i % 2}\n" for i in range(60)))
-    assert _run(["nb", "--train", str(path), "--label-column", "label", "--device", "cpu"]) == 0
+    assert _run(["nb", str(path), "--label-column", "label", "--device", "cpu"]) == 0
     lines = _warnings(capsys.readouterr().err)
     assert len(lines) == 1 and "'id' (60 distinct values in 60 rows)" in lines[0] and "colour" not in lines[0]
 
@@ -57,15 +57,15 @@ def test_nb_on_categorical_columns_does_not_warn(tmp_path, capsys):
     path = tmp_path / "cat.csv"
     path.write_text("a,b,label\n" + "".join(f"{rng.integers(5)},{'xyz'[rng.integers(3)]},{rng.integers(2)}\n"
                                             for _ in range(100)))
-    assert _run(["nb", "--train", str(path), "--label-column", "label", "--device", "cpu"]) == 0
+    assert _run(["nb", str(path), "--label-column", "label", "--device", "cpu"]) == 0
     assert not _warnings(capsys.readouterr().err)
 
 
 def test_tree_warns_only_where_it_treats_the_column_as_categorical(floats, capsys):
     # C4.5 splits numeric columns at thresholds itself: no warning by default
-    assert _run(["tree", "--train", str(floats), "--label-column", "label", "--device", "cpu", "--no-tree"]) == 0
+    assert _run(["tree", str(floats), "--label-column", "label", "--device", "cpu", "--no-tree"]) == 0
     assert not _warnings(capsys.readouterr().err)
-    assert _run(["tree", "--train", str(floats), "--label-column", "label", "--device", "cpu", "--no-tree",
+    assert _run(["tree", str(floats), "--label-column", "label", "--device", "cpu", "--no-tree",
                  "--categorical", "x1,code"]) == 0
     lines = _warnings(capsys.readouterr().err)
     assert len(lines) == 1 and lines[0].startswith("gpumine tree: warning: column 'x1' (non-integer numbers)")

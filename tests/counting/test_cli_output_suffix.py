@@ -25,7 +25,7 @@ def weather(tmp_path):
 
 
 def _predict(command, weather, out):
-    return _run([command, "--train", str(weather), "--test", str(weather), "--label-column", "play",
+    return _run([command, str(weather), str(weather), "--label-column", "play",
                  "--device", "cpu", "-o", str(out)] + (["--no-tree"] if command == "tree" else []))
 
 

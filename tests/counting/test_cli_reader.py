@@ -18,7 +18,7 @@ def _run(argv):
 
 
 def _fit(command, path, *more):
-    return _run([command, "--train", str(path), "--test", str(path), "--label-column", "play", "--device", "cpu",
+    return _run([command, str(path), str(path), "--label-column", "play", "--device", "cpu",
                  *more] + (["--no-tree"] if command == "tree" else []))
 
 
@@ -50,7 +50,7 @@ def test_a_short_row_is_an_error_naming_its_line(command, tmp_path, capsys):
 def test_cells_keep_their_kind_and_lose_surrounding_spaces(tmp_path, capsys):
     path = tmp_path / "weather.csv"
     path.write_text(WEATHER.replace(",", ", "))
-    assert _run(["tree", "--train", str(path), "--label-column", "play", "--device", "cpu", "--tree", "full"]) == 0
+    assert _run(["tree", str(path), "--label-column", "play", "--device", "cpu", "--tree", "full"]) == 0
     out = capsys.readouterr().out
     assert "outlook = overcast" in out and "humidity <= 75" in out  # text stripped, numbers numeric
 
@@ -58,7 +58,7 @@ def test_cells_keep_their_kind_and_lose_surrounding_spaces(tmp_path, capsys):
 def test_header_no_numbers_the_columns(tmp_path, capsys):
     path = tmp_path / "weather.csv"
     path.write_text(WEATHER.split("\n", 1)[1])
-    assert _run(["nb", "--train", str(path), "--test", str(path), "--label-column", "-1", "--header", "no",
+    assert _run(["nb", str(path), str(path), "--label-column", "-1", "--header", "no",
                  "--device", "cpu"]) == 0
     assert "test accuracy: " in capsys.readouterr().out
 

@@ -53,12 +53,12 @@ def test_gpumine_tree_says_it_once_in_command_line_words(tmp_path, capsys):
     path.write_text("a,b,c,label\n" + "".join(f"{r[0]},{r[1]},{r[2]},{c}\n" for r, c in zip(X, y)))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert _run(["tree", "--train", str(path), "--label-column", "label", "--device", "cpu",
+        assert _run(["tree", str(path), "--label-column", "label", "--device", "cpu",
                      "--representation", "bitmap", "--no-tree"]) == 0
     assert not [w for w in caught if "representation=" in str(w.message)]  # not twice, not in Python words
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if "warning" in line]
     assert len(lines) == 1 and lines[0].startswith("gpumine tree: warning: --representation bitmap")
     assert "--representation auto" in lines[0] and "histogram" in lines[0]
-    assert _run(["tree", "--train", str(path), "--label-column", "label", "--device", "cpu", "--no-tree"]) == 0
+    assert _run(["tree", str(path), "--label-column", "label", "--device", "cpu", "--no-tree"]) == 0
     assert "warning" not in capsys.readouterr().err

@@ -31,7 +31,7 @@ def big(tmp_path):
 
 
 def _args(path, *more):
-    return ["tree", "--train", str(path), "--label-column", "label", "--device", "cpu", "--unpruned", *more]
+    return ["tree", str(path), "--label-column", "label", "--device", "cpu", "--unpruned", *more]
 
 
 def test_the_default_prints_a_bounded_summary_with_a_note(big, capsys):
@@ -60,6 +60,6 @@ def test_a_small_tree_is_printed_whole_without_a_note(tmp_path, capsys):
 
     path = tmp_path / "weather.csv"
     path.write_text(WEATHER)
-    assert _run(["tree", "--train", str(path), "--label-column", "play", "--device", "cpu"]) == 0
+    assert _run(["tree", str(path), "--label-column", "play", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "|   humidity <= 75: yes (2.0)" in out and "more line" not in out

@@ -14,7 +14,7 @@ def test_counting_commands_use_the_command_lines_usage_error():
 def test_a_usage_error_raised_by_a_counting_handler_is_one_line_and_exit_2(capsys):
     parser = argparse.ArgumentParser(prog="gpumine")
     counting_cli.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["nb", "--train", "x.csv", "--label-column", "0", "--device", "cpu"])
+    args = parser.parse_args(["nb", "x.csv", "--label-column", "0", "--device", "cpu"])
 
     @counting_cli._guard
     def _run_nb(args):

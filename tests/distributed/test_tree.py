@@ -175,11 +175,11 @@ def test_cli_tree_on_a_scheduler(client, tmp_path, capsys):
     X, y = _read_arff(FIXTURES / "synth_nominal.arff")
     path = tmp_path / "train.csv"
     X.assign(cls=y).to_csv(path, index=False)
-    assert main(["tree", "--train", str(path), "--label-column", "cls", "--device", "cpu"]) == 0
+    assert main(["tree", str(path), "--label-column", "cls", "--device", "cpu"]) == 0
     alone = capsys.readouterr().out
-    assert main(["tree", "--train", str(path), "--label-column", "cls", "--device", "cpu",
+    assert main(["tree", str(path), "--label-column", "cls", "--device", "cpu",
                  "--scheduler", client.scheduler.address]) == 0
     on_dask = capsys.readouterr().out
     assert on_dask.split("\nleaves:")[0] == alone.split("\nleaves:")[0]  # the same tree printed
     with pytest.raises(SystemExit):  # one cluster or the other
-        main(["tree", "--train", str(path), "--label-column", "cls", "--scheduler", "x", "--workers", "2"])
+        main(["tree", str(path), "--label-column", "cls", "--scheduler", "x", "--workers", "2"])

@@ -167,8 +167,13 @@ def _predictions_text(pred) -> str:
 
 
 def _common(p):
-    p.add_argument("--train", required=True, help="training CSV file (may be .gz)")
-    p.add_argument("--test", help="test CSV file with the same columns (accuracy is printed when it has the label)")
+    # the files as knn, lof and outliers take them: TRAIN [TEST]
+    p.add_argument("train_file", nargs="?", metavar="train", help="training CSV file (may be .gz)")
+    p.add_argument("test_file", nargs="?", metavar="test",
+                   help="test CSV file with the same columns (accuracy is printed when it has the label)")
+    p.set_defaults(train=None, test=None)
+    add_deprecated_alias(p, "--train", dest="train", new="TRAIN as the first argument")
+    add_deprecated_alias(p, "--test", dest="test", new="TEST as the second argument")
     # categorical tables hold text everywhere, so a header cannot be told from data by its cells' kind
     add_table_options(p, label_help="label column (required): a header name, or an index (negative counts from the end)",
                       header_help="CSV header row: auto (the default) and yes read the first row as the column "
@@ -181,14 +186,14 @@ def _common(p):
                         "or bitslice (identical results; bitmap and bitslice are for GPUs: on the CPU they are "
                         "several times slower)")
     add_device_options(p, quiet_help="no timing summary")
-    p.add_argument("-o", "--output", help="write the --test predictions to this file: .csv, .json or .txt (one a line)")
+    p.add_argument("-o", "--output", help="write the predictions for TEST to this file: .csv, .json or .txt (one a line)")
 
 
 def register(subparsers) -> None:
     """Add the ``nb``, ``tree`` and ``itemsets`` subcommands to an argparse subparsers object."""
     p = subparsers.add_parser("nb", help="categorical Naive Bayes on a CSV (counts on the GPU)",
-                              description="Fit CategoricalNB on --train (every feature categorical) and report "
-                                          "accuracy on --test.")
+                              description="Fit CategoricalNB on TRAIN (every feature categorical) and report "
+                                          "accuracy on TEST.")
     _common(p)
     p.add_argument("--alpha", type=float, default=1.0, help="additive smoothing (default 1)")
     p.add_argument("--handle-unknown", default="error", choices=["error", "ignore"],
@@ -196,8 +201,8 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run_nb)
 
     p = subparsers.add_parser("tree", help="C4.5 decision tree (J48 rules) on a CSV",
-                              description="Fit C45Classifier on --train, print the tree (its first lines; --tree full "
-                                          "for all of it) and the accuracy on --test.")
+                              description="Fit C45Classifier on TRAIN, print the tree (its first lines; --tree full "
+                                          "for all of it) and the accuracy on TEST.")
     _common(p)
     p.add_argument("--min-samples-leaf", type=float, default=2, help="J48 minNumObj (default 2)")
     p.add_argument("--confidence", type=float, default=0.25, help="pruning confidence (default 0.25)")
@@ -242,6 +247,13 @@ def _guard(fn):
         from ..config import config_context
 
         settings = {} if getattr(args, "working_memory", None) is None else {"working_memory": args.working_memory}
+        if hasattr(args, "train_file"):  # TRAIN [TEST], or the old --train/--test
+            args.train = args.train_file if args.train_file is not None else args.train
+            args.test = args.test_file if args.test_file is not None else args.test
+            if args.train is None:
+                print(f"gpumine {name}: error: the training file is required: gpumine {name} TRAIN [TEST] ...",
+                      file=sys.stderr)
+                return 2
         try:
             with config_context(**settings):
                 return fn(args)
@@ -271,10 +283,10 @@ def _check_outputs(*paths) -> None:
 
 def _load_train_test(args):
     if getattr(args, "output", None) and not args.test:
-        raise UsageError("--output writes the predictions for --test; pass --test FILE (or drop --output)")
+        raise UsageError("--output writes the predictions for TEST; pass a TEST file after TRAIN (or drop --output)")
     _check_outputs(getattr(args, "output", None))
     if args.label_column is None:
-        raise UsageError("--label-column is required: the column of --train that holds the class")
+        raise UsageError("--label-column is required: the column of TRAIN that holds the class")
     # every cell of a categorical table may be text, so the first row cannot be told a header by its cells' kind
     # (as --header auto does for numeric tables): auto means yes here
     no_header = args.header == "no"
