@@ -274,10 +274,9 @@ def _search(ref, query, k, metric_obj, exclude_self, dev, budget_bytes, result_d
     held, facts = assumptions_held(ref, magnitude, tiniest)
     if held:
         return found
-    if facts is not None and not facts.finite:
-        raise non_finite_error(ref, "X_ref")
-    # the one-pass assumptions did not hold (data near the ends of the float range): summarise, search again
-    summary = summarise_on_device(ref, dev)
+    # the one-pass assumptions did not hold: refuse non-finite values; otherwise (data near the ends of
+    # the float range, rows the search did not see) summarise and search again
+    summary = facts if facts is not None and not facts.finite else summarise_on_device(ref, dev)
     if not summary.finite:
         raise non_finite_error(ref, "X_ref")
     magnitude, tiniest = max(magnitude, summary.largest), min(tiniest, summary.tiniest)

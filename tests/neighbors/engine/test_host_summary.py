@@ -8,7 +8,8 @@ import torch
 
 from gpumine.core.distance import CENTRE_BLOCK_ROWS, get_metric
 from gpumine.neighbors.engine._float64_order import float32_scores_exact
-from gpumine.neighbors.engine._host_summary import summarise_on_device, summary_of
+from gpumine.neighbors.engine._host_summary import (assumptions_held, facts_of, gather_facts, summarise_on_device,
+                                                    summary_of)
 from gpumine.neighbors.engine._magnitude import magnitudes
 
 CPU = torch.device("cpu")
@@ -21,15 +22,23 @@ def _direct(X):
                 integral=bool((X == torch.round(X)).all()))
 
 
-@pytest.mark.parametrize("kind", ["uniform", "integers", "subnormal", "zeros", "mixed"])
-def test_summary_equals_the_direct_checks(kind):
-    rng = np.random.default_rng(5)
+KINDS = ["uniform", "integers", "subnormal", "zeros", "mixed"]
+
+
+def _data(kind: str, seed: int) -> torch.Tensor:
+    """3,000 x 5 float32 rows of one kind: the magnitudes and integrality the facts must get right."""
+    rng = np.random.default_rng(seed)
     X = {"uniform": lambda: rng.random((3000, 5)),
          "integers": lambda: rng.integers(-4, 9, (3000, 5)),
          "subnormal": lambda: rng.random((3000, 5)) * 1e-42,
          "zeros": lambda: np.zeros((3000, 5)),
          "mixed": lambda: rng.standard_normal((3000, 5)) * np.array([1e-30, 1, 1e30, 0, 7])}[kind]()
-    X = torch.from_numpy(np.asarray(X, dtype=np.float32))
+    return torch.from_numpy(np.asarray(X, dtype=np.float32))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_summary_equals_the_direct_checks(kind):
+    X = _data(kind, 5)
     expected = _direct(X)
     summary = summarise_on_device(X, CPU, tile_rows=CENTRE_BLOCK_ROWS)
     assert summary.finite == expected["finite"]
@@ -74,7 +83,6 @@ def test_empty_data_has_an_empty_summary():
 
 
 # -- facts gathered by the search's own pass (one pass over streamed references) --------------
-from gpumine.neighbors.engine._host_summary import assumptions_held, facts_of, gather_facts  # noqa: E402
 
 
 def _gathered(X, tile_rows, order=None):
@@ -85,15 +93,9 @@ def _gathered(X, tile_rows, order=None):
     return facts
 
 
-@pytest.mark.parametrize("kind", ["uniform", "integers", "subnormal", "zeros", "mixed"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_gathered_facts_equal_the_summary(kind):
-    rng = np.random.default_rng(6)
-    X = {"uniform": lambda: rng.random((3000, 5)),
-         "integers": lambda: rng.integers(-4, 9, (3000, 5)),
-         "subnormal": lambda: rng.random((3000, 5)) * 1e-42,
-         "zeros": lambda: np.zeros((3000, 5)),
-         "mixed": lambda: rng.standard_normal((3000, 5)) * np.array([1e-30, 1, 1e30, 0, 7])}[kind]()
-    X = torch.from_numpy(np.asarray(X, dtype=np.float32))
+    X = _data(kind, 6)
     summary = summarise_on_device(X, CPU)
     # tiles seen out of order and twice (a retry) change nothing
     found = _gathered(X, 700, order=lambda s: s[::-1] + s).settle()
@@ -139,3 +141,21 @@ def test_gathering_facts_says_float32_exactness_is_unknown():
     assert float32_scores_exact(X, X, metric)
     gather_facts(X)
     assert not float32_scores_exact(X, X, metric)  # not read from the host data while the search gathers
+
+
+@pytest.mark.parametrize("tiles", ["prepared", "raw"])
+def test_streamed_reference_tiles_feed_the_gathered_facts(tiles):
+    from gpumine.neighbors.engine._references import _References
+
+    X = torch.from_numpy(np.random.default_rng(8).integers(-3, 7, (5000, 4)).astype(np.float32))
+    gather_facts(X)
+    refs = _References(X, get_metric("euclidean"), 1200, CPU, resident=False)
+    for _ in refs.prepared_tiles() if tiles == "prepared" else refs.raw_tiles():
+        pass
+    held, found = assumptions_held(X, 1.0, 1.0)
+    summary = summarise_on_device(X, CPU)
+    assert held
+    for field in ("finite", "low", "high", "tiniest", "integral"):
+        assert getattr(found, field) == getattr(summary, field), field
+    # the centre came from the first tile (the search did not read all rows first)
+    assert torch.equal(refs.centre, get_metric("euclidean").centre(X[:1200]))

@@ -62,26 +62,16 @@ def summary_of(X: torch.Tensor) -> HostSummary | None:
 def summarise_on_device(X: torch.Tensor, device: torch.device, tile_rows: int = SUMMARY_TILE_ROWS) -> HostSummary:
     """Stream the rows of host ``X`` (n, d) through ``device`` once and keep their :class:`HostSummary` on ``X``."""
     tile_rows = max(CENTRE_BLOCK_ROWS, tile_rows // CENTRE_BLOCK_ROWS * CENTRE_BLOCK_ROWS)
-    lows, highs, tiniest, integral = [], [], [], []
+    facts = TileFacts(X)
     total = None
-    for _, tile in iter_row_chunks(X, tile_rows, device):
-        low, high = torch.aminmax(tile)  # NaN and infinity survive both
-        lows.append(low)
-        highs.append(high)
-        tiniest.append(smallest_nonzero_magnitude(tile))
-        integral.append((tile == torch.round(tile)).all())
-        for start in range(0, tile.shape[0], CENTRE_BLOCK_ROWS):
-            block = tile[start : start + CENTRE_BLOCK_ROWS].sum(0, dtype=torch.float64)
-            total = block if total is None else total.add_(block)
+    for start, tile in iter_row_chunks(X, tile_rows, device):
+        facts.observe(start, tile)
+        for row in range(0, tile.shape[0], CENTRE_BLOCK_ROWS):
+            block = tile[row : row + CENTRE_BLOCK_ROWS].sum(0, dtype=torch.float64)
+            total = block if total is None else total.add_(block)  # Metric.centre's order, bit for bit
     if total is None:  # no rows
-        summary = HostSummary(X._version, True, 0.0, 0.0, math.inf, True,
-                              torch.zeros(X.shape[1], dtype=torch.float64, device=device))
-    else:
-        found = torch.stack([torch.stack(lows).amin().double(), torch.stack(highs).amax().double(),
-                             torch.stack(tiniest).amin().double(), torch.stack(integral).all().double()]).cpu()
-        low, high, tiny, whole = (float(v) for v in found)  # the one host wait
-        finite = math.isfinite(low) and math.isfinite(high)
-        summary = HostSummary(X._version, finite, low, high, tiny, finite and whole == 1.0, total)
+        total = torch.zeros(X.shape[1], dtype=torch.float64, device=device)
+    summary = dataclasses.replace(facts.settle(), column_sums=total)
     X._gpumine_summary = summary
     return summary
 

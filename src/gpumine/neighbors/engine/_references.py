@@ -58,15 +58,14 @@ class _References:
             yield from self._prepared
             return
         scales = []
-        for start, chunk in iter_row_chunks(self.data, self.rows_per_tile, self.device):
-            if self._facts is not None:
-                self._facts.observe(start, chunk)
+        for start, chunk in self.raw_tiles():
             prepared = self.metric.prepare(chunk, self.centre, "ref")
             scales.append(self.metric.ref_scale(prepared))
             yield start, prepared
         self.scale = _max_scale(scales)
 
     def raw_tiles(self):
+        """Yield ``(start, rows)`` on the device; streamed rows also feed the facts a search gathers."""
         for start, chunk in iter_row_chunks(self.data, self.rows_per_tile, self.device):
             if self._facts is not None:
                 self._facts.observe(start, chunk)

@@ -47,8 +47,8 @@ from ._duplicates import DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
 from ._exact_tile_kernel import exact_tile_scores, scores_within
 from ._float64_order import FLOAT64_ORDER_METRICS, Float64Tiles, certified_rows, needs_float64_order, rescore
 from ._fused_kernel import fused_candidates
-from ._magnitude import arithmetic, magnitudes
 from ._host_summary import observe_copy
+from ._magnitude import arithmetic, magnitudes
 from ._plan import _KERNEL_PRECISION, SearchPlan, _fits_resident, _scores_directly, candidate_count, plan_search
 from ._references import _References
 from ._rerank import _exact_scan, _rerank
