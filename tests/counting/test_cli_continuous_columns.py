@@ -1,19 +1,10 @@
 """``gpumine nb`` (and ``gpumine tree`` where it treats a column as categorical) warns once, in command line words,
 about feature columns that look continuous: every distinct value would be a category of its own."""
 
-import argparse
-
 import numpy as np
 import pytest
 
-from gpumine.counting._cli import register
-
-
-def _run(argv):
-    parser = argparse.ArgumentParser(prog="gpumine")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
+from tests.counting.test_cli import run as _run
 
 
 @pytest.fixture

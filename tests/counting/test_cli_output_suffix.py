@@ -1,20 +1,12 @@
 """nb / tree / itemsets ``-o`` choose the format by the suffix, as knn, lof and outliers do (.csv, .json; .txt for
 the text layout), and refuse a bad output path before any work."""
 
-import argparse
 import json
 
 import pytest
 
-from gpumine.counting._cli import register
 from tests.counting.test_cli import WEATHER
-
-
-def _run(argv):
-    parser = argparse.ArgumentParser(prog="gpumine")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
+from tests.counting.test_cli import run as _run
 
 
 @pytest.fixture

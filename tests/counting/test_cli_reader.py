@@ -1,20 +1,12 @@
 """nb / tree / itemsets read their tables through gpumine.io, as the other commands do: the same delimiter
 detection, gzip by its magic bytes, and errors that name the file's line."""
 
-import argparse
 import gzip
 
 import pytest
 
-from gpumine.counting._cli import register
 from tests.counting.test_cli import WEATHER
-
-
-def _run(argv):
-    parser = argparse.ArgumentParser(prog="gpumine")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
+from tests.counting.test_cli import run as _run
 
 
 def _fit(command, path, *more):

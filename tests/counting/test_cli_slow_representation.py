@@ -1,14 +1,13 @@
 """An explicit bitmap / bit-slice representation on the CPU is slower than the histogram for the same tree:
 the estimator warns once per fit, naming the faster choice, and ``gpumine tree`` says so in its own words."""
 
-import argparse
 import warnings
 
 import numpy as np
 import pytest
 
 from gpumine.counting import C45Classifier
-from gpumine.counting._cli import register
+from tests.counting.test_cli import run as _run
 
 
 def _data():
@@ -38,13 +37,6 @@ def test_auto_and_histogram_do_not_warn(representation):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         C45Classifier(representation=representation, device="cpu").fit(X, y)
-
-
-def _run(argv):
-    parser = argparse.ArgumentParser(prog="gpumine")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
 
 
 def test_gpumine_tree_says_it_once_in_command_line_words(tmp_path, capsys):

@@ -3,19 +3,7 @@
 import pytest
 
 from gpumine.cli import main
-
-WEATHER = """outlook,temp,humidity,windy,play
-sunny,hot,high,false,no
-sunny,hot,high,true,no
-overcast,hot,high,false,yes
-rainy,mild,high,false,yes
-rainy,cool,normal,false,yes
-rainy,cool,normal,true,no
-overcast,cool,normal,true,yes
-sunny,mild,high,false,no
-sunny,cool,normal,false,yes
-rainy,mild,normal,false,yes
-"""
+from tests.counting.test_cli import WEATHER
 
 
 @pytest.fixture

@@ -1,20 +1,13 @@
 """``gpumine tree`` prints a bounded summary of the tree by default; --tree full prints all of it (the old default),
 --tree none / --no-tree none."""
 
-import argparse
-
 import numpy as np
 import pytest
 
 from gpumine.counting import C45Classifier
-from gpumine.counting._cli import TREE_SUMMARY_LINES, register
-
-
-def _run(argv):
-    parser = argparse.ArgumentParser(prog="gpumine")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
+from gpumine.counting._cli import TREE_SUMMARY_LINES
+from tests.counting.test_cli import WEATHER
+from tests.counting.test_cli import run as _run
 
 
 @pytest.fixture
@@ -56,7 +49,6 @@ def test_none_prints_no_tree(big, capsys, flags):
 
 
 def test_a_small_tree_is_printed_whole_without_a_note(tmp_path, capsys):
-    from tests.counting.test_cli import WEATHER
 
     path = tmp_path / "weather.csv"
     path.write_text(WEATHER)
