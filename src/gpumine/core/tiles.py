@@ -1,15 +1,17 @@
-"""Tile plans from a memory budget, and pinned, double-buffered host-to-device streaming.
+"""Tile plans from a memory budget, and host-to-device streaming through pinned staging buffers.
 
 Nothing in gpumine allocates a (queries x references) matrix: work is cut into
 tiles whose temporaries fit ``working_memory``. When data lives in host memory
-and the work runs on a GPU, :func:`iter_row_chunks` copies chunk i+1 through a
-pinned staging buffer on a side stream while the GPU computes on chunk i (the
-CUDA-streams overlap of the CUKNN paper). Results leave the GPU the other way
-through :func:`copy_to_host`.
+and the work runs on a GPU, :func:`iter_row_chunks` copies the next chunks
+through pinned staging buffers on a side stream while the GPU computes on
+chunk i (the CUDA-streams overlap of the CUKNN paper), and :func:`copy_to_device`
+moves a whole large host tensor the same way. Results leave the GPU the other
+way through :func:`copy_to_host`.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 import threading
 from typing import Iterator
@@ -17,7 +19,7 @@ from typing import Iterator
 import torch
 
 __all__ = ["TilePlan", "plan_tiles", "tile_bytes", "iter_row_chunks", "fits_on_device", "same_device",
-           "copy_to_host"]
+           "copy_to_host", "copy_to_device"]
 
 _INDEX_BYTES = 8
 
@@ -123,9 +125,10 @@ def iter_row_chunks(X: torch.Tensor, chunk_rows: int, device: torch.device) -> I
     """Yield ``(start_row, chunk_on_device)`` over the rows of ``X``.
 
     When ``X`` is already on ``device`` the chunks are views. When ``X`` is in
-    host memory and ``device`` is a GPU, chunks are staged through two pinned
-    buffers and copied on a side stream, one chunk ahead of the consumer; a
-    yielded chunk is valid until the consumer asks for the next-but-one.
+    host memory and ``device`` is a GPU, chunks are staged through pinned
+    buffers by host threads and copied on a side stream, ahead of the consumer
+    (:class:`_StagedTransfers`); a yielded chunk is valid until the consumer
+    asks for the next one: queue all work on a chunk before that.
     """
     n = X.shape[0]
     chunk_rows = max(1, min(chunk_rows, n)) if n else 1
@@ -134,47 +137,186 @@ def iter_row_chunks(X: torch.Tensor, chunk_rows: int, device: torch.device) -> I
         for start in range(0, n, chunk_rows):
             yield start, X[start : start + chunk_rows].to(device)
         return
-    yield from _pinned_double_buffer(X, chunk_rows, device)
+    yield from _StagedTransfers(X, chunk_rows, device).chunks()
 
 
-def _pinned_double_buffer(X: torch.Tensor, chunk_rows: int, device: torch.device):
-    n, shape_tail = X.shape[0], tuple(X.shape[1:])
-    starts = list(range(0, n, chunk_rows))
-    copy_stream = torch.cuda.Stream(device)
-    compute_stream = torch.cuda.current_stream(device)
-    pinned = [torch.empty((chunk_rows, *shape_tail), dtype=X.dtype, pin_memory=True) for _ in range(2)]
-    on_device = [torch.empty((chunk_rows, *shape_tail), dtype=X.dtype, device=device) for _ in range(2)]
-    copied: list[torch.cuda.Event | None] = [None, None]
-    consumed: list[torch.cuda.Event | None] = [None, None]
+def copy_to_device(X: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``X.to(device)``, fast for large host tensors: staged through pinned buffers as
+    :func:`iter_row_chunks` streams them, straight into one device tensor.
 
-    def issue(i: int) -> None:
-        slot, start = i % 2, starts[i]
-        rows = min(chunk_rows, n - start)
-        if copied[slot] is not None:
-            copied[slot].synchronize()  # the staging buffer is free once its last copy finished
-        pinned[slot][:rows].copy_(X[start : start + rows])
-        with torch.cuda.stream(copy_stream):
-            if consumed[slot] is not None:
-                copy_stream.wait_event(consumed[slot])  # the device buffer's last reader is done
-            on_device[slot][:rows].copy_(pinned[slot][:rows], non_blocking=True)
-            event = torch.cuda.Event()
-            event.record(copy_stream)
-            copied[slot] = event
+    A pageable host-to-device copy runs at a fraction of a pinned one's rate
+    (BENCHMARKS.md); small tensors, and everything not host-to-GPU, take ``X.to(device)``.
+    """
+    device = torch.device(device)
+    if (X.device.type != "cpu" or device.type != "cuda" or X.dim() == 0 or not X.shape[0]
+            or X.numel() * X.element_size() < STAGED_COPY_MIN_BYTES):
+        return X.to(device)
+    row_bytes = max(1, X[0].numel() * X.element_size())
+    chunk_rows = max(1, STAGED_COPY_CHUNK_BYTES // row_bytes)
+    dest = torch.empty(X.shape, dtype=X.dtype, device=device)
+    for _ in _StagedTransfers(X, chunk_rows, device, dest=dest).chunks():
+        pass
+    return dest
 
-    if not starts:
-        return
-    issue(0)
-    for i, start in enumerate(starts):
-        slot = i % 2
-        rows = min(chunk_rows, n - start)
-        compute_stream.wait_event(copied[slot])
-        yield start, on_device[slot][:rows]
-        # the consumer has queued its work on this chunk: stage the next one while the GPU runs it
-        event = torch.cuda.Event()
-        event.record(compute_stream)
-        consumed[slot] = event
-        if i + 1 < len(starts):
-            issue(i + 1)
+
+# Host tensors of at least this many bytes go to a GPU through copy_to_device's staging, in
+# chunks of STAGED_COPY_CHUNK_BYTES (also the most any stream stages at a time); below it the
+# staging buffers cost more than they save
+STAGED_COPY_MIN_BYTES = 1 << 26
+STAGED_COPY_CHUNK_BYTES = 1 << 25
+# Pinned buffers (of up to STAGED_COPY_CHUNK_BYTES) filled ahead of the transfers, and device
+# buffers: the chunk the consumer works on and DEVICE_BUFFERS - 1 being filled ahead of it
+STAGING_BUFFERS = 4
+DEVICE_BUFFERS = 3
+# Host threads that fill the pinned buffers, a chunk each (torch's copy spreads one chunk over the
+# cores itself); two let concurrent searches stage at once. Pinning the caller's own pages
+# (cudaHostRegister) instead of copying them ran at half the copy's rate (BENCHMARKS.md).
+STAGING_THREADS = 2
+_staging_pool_lock = threading.Lock()
+_staging_pool: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _staging_pool
+    with _staging_pool_lock:
+        if _staging_pool is None:
+            _staging_pool = ThreadPoolExecutor(STAGING_THREADS, thread_name_prefix="gpumine-staging")
+        return _staging_pool
+
+
+def _fill(after: "torch.cuda.Event | None", dst: torch.Tensor, src: torch.Tensor) -> None:
+    if after is not None:
+        after.synchronize()  # the transfer that last read this staging buffer is done
+    dst.copy_(src)
+
+
+class _StagedTransfers:
+    """Host rows to a GPU in chunks, with neither the host copy nor the link waiting for the other
+    or for the consumer: host threads copy pieces of the rows ahead into pinned buffers, a
+    transfer thread queues each piece's copy on a side stream as soon as it is staged (up to two
+    chunks ahead of the one the consumer works on), and the consumer's stream waits for its
+    chunk's copies on the device. A consumer that waits for the GPU after each chunk would
+    otherwise hold back the copies of the next ones. Rows already in pinned memory are
+    transferred from where they are.
+
+    Chunks are staged in pieces of at most ``STAGED_COPY_CHUNK_BYTES``: the host's copy into
+    pinned memory ran faster in pieces of that size than in whole chunks of hundreds of MB
+    (BENCHMARKS.md).
+
+    ``dest``: a device tensor of ``X``'s shape; chunks are copied into its rows instead of the
+    reused device buffers.
+    """
+
+    def __init__(self, X: torch.Tensor, chunk_rows: int, device: torch.device, dest: torch.Tensor | None = None):
+        self.X, self.chunk_rows, self.dest = X, chunk_rows, dest
+        device = torch.device(device)
+        # the transfer thread has its own current device: name it
+        self.device = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
+        n, tail = X.shape[0], tuple(X.shape[1:])
+        self.starts = list(range(0, n, chunk_rows))
+        self.direct = X.is_pinned()
+        row_bytes = max(1, X[0].numel() * X.element_size()) if n else 1
+        piece_rows = chunk_rows if self.direct else max(1, min(chunk_rows, STAGED_COPY_CHUNK_BYTES // row_bytes))
+        # (first row, rows) of each piece, and each chunk's pieces
+        self.pieces, self.chunk_pieces = [], []
+        for i, start in enumerate(self.starts):
+            first = len(self.pieces)
+            self.pieces += [(start + a, min(piece_rows, self._rows(i) - a)) for a in range(0, self._rows(i), piece_rows)]
+            self.chunk_pieces.append(range(first, len(self.pieces)))
+        self.n_staging = 0 if self.direct else min(STAGING_BUFFERS, len(self.pieces))
+        self.n_device = min(DEVICE_BUFFERS, len(self.starts))
+        self.pinned = [torch.empty((piece_rows, *tail), dtype=X.dtype, pin_memory=True) for _ in range(self.n_staging)]
+        self.on_device = None if dest is not None else [
+            torch.empty((chunk_rows, *tail), dtype=X.dtype, device=self.device) for _ in range(self.n_device)]
+        self.copy_stream = torch.cuda.Stream(self.device)
+        self.compute_stream = torch.cuda.current_stream(self.device)
+        self.read = [None] * self.n_staging  # per staging buffer: the transfer that last read it
+        self.copied = [None] * self.n_device  # per device buffer: its chunk's last copy
+        self.consumed = [None] * self.n_device  # per device buffer: the consumer's work on its chunk
+        self.staged: dict = {}
+        self.queued = [threading.Event() for _ in self.starts]  # the chunk's copies are on the side stream
+        self.released = [threading.Event() for _ in self.starts]  # the consumer's work on it is queued
+        self.failure: BaseException | None = None
+        self.stopping = False
+
+    def _rows(self, i: int) -> int:
+        return min(self.chunk_rows, self.X.shape[0] - self.starts[i])
+
+    def _stage(self, p: int) -> None:
+        slot, (start, rows) = p % self.n_staging, self.pieces[p]
+        self.staged[p] = _pool().submit(_fill, self.read[slot], self.pinned[slot][:rows], self.X[start : start + rows])
+
+    def _transfer(self, i: int) -> None:
+        """Queue chunk ``i``'s copy to the device, piece by piece as the host threads stage them."""
+        dslot, chunk_start = i % self.n_device, self.starts[i]
+        for p in self.chunk_pieces[i]:
+            start, rows = self.pieces[p]
+            if self.direct:
+                source = self.X[start : start + rows]
+            else:
+                self.staged.pop(p).result()
+                source = self.pinned[p % self.n_staging][:rows]
+            if self.dest is not None:
+                target = self.dest[start : start + rows]
+            else:
+                target = self.on_device[dslot][start - chunk_start : start - chunk_start + rows]
+            with torch.cuda.stream(self.copy_stream):
+                if self.consumed[dslot] is not None and p == self.chunk_pieces[i][0]:
+                    self.copy_stream.wait_event(self.consumed[dslot])  # the device buffer's last reader is done
+                target.copy_(source, non_blocking=True)
+                event = torch.cuda.Event()
+                event.record(self.copy_stream)
+            if not self.direct:
+                self.read[p % self.n_staging] = event
+                if p + self.n_staging < len(self.pieces):
+                    self._stage(p + self.n_staging)
+        self.copied[dslot] = event
+
+    def _transfer_all(self) -> None:
+        """The transfer thread: every chunk in order, once its device buffer's last chunk is released."""
+        try:
+            with torch.cuda.device(self.device):
+                for i in range(len(self.starts)):
+                    if self.dest is None and i >= self.n_device:
+                        self.released[i - self.n_device].wait()
+                    if self.stopping:
+                        return
+                    self._transfer(i)
+                    self.queued[i].set()
+        except BaseException as failure:  # handed to the consumer's thread
+            self.failure = failure
+        finally:
+            for queued in self.queued:
+                queued.set()
+
+    def chunks(self):
+        thread = threading.Thread(target=self._transfer_all, name="gpumine-transfers", daemon=True)
+        try:
+            for p in range(self.n_staging):
+                self._stage(p)
+            thread.start()
+            for i, start in enumerate(self.starts):
+                self.queued[i].wait()
+                if self.failure is not None:
+                    raise self.failure
+                dslot, rows = i % self.n_device, self._rows(i)
+                self.compute_stream.wait_event(self.copied[dslot])
+                yield start, (self.dest[start : start + rows] if self.dest is not None else self.on_device[dslot][:rows])
+                if self.dest is None:
+                    # the consumer asks for chunk i + 1: its work on chunk i is all queued
+                    self.consumed[dslot] = torch.cuda.Event()
+                    self.consumed[dslot].record(self.compute_stream)
+                self.released[i].set()
+        finally:  # abandoned early or failed: no thread may still write into the buffers afterwards
+            self.stopping = True
+            for released in self.released:
+                released.set()
+            if thread.ident is not None:
+                thread.join()
+            pending = list(self.staged.values())
+            for fill in pending:
+                fill.cancel()
+            wait(pending)
 
 
 # Device results bound for host memory cross in pieces of this many bytes through two pinned

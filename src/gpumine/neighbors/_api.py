@@ -9,7 +9,7 @@ from ..utils._validation import (all_finite, check_array, check_n_neighbors, non
                            to_output)
 from ..config import resolve_device, working_memory_bytes
 from ..core.distance import check_precision, get_metric
-from ..core.tiles import fits_on_device, same_device
+from ..core.tiles import copy_to_device, fits_on_device, same_device
 from ._metrics_extra import EXTRA_METRICS, check_backend, extra_kneighbors, is_extra_metric, make_extra_form
 from .engine import (assumptions_held, choose_backend, facts_of, gather_facts, knn_search, search_with_graph, smallest_nonzero_magnitude,
                      summarise_on_device)
@@ -58,7 +58,7 @@ def _to_device_checked(arrays: dict, device: torch.device, gather: tuple = ()):
                     raise non_finite_error(tensor, name)
                 unknown = True
                 continue
-            tensor = tensor.to(device)
+            tensor = copy_to_device(tensor, device)
         moved[name] = tensor
         if tensor.numel():
             extremes.append(torch.stack([*torch.aminmax(tensor), smallest_nonzero_magnitude(tensor)]))

@@ -20,11 +20,17 @@ CURVE_MAX_FEATURES = 16
 
 
 CURVE_MIN_QUERIES = 1 << 16
+# The order pays only where queries are many next to the references: sorting the references costs
+# about as much as the search saves at one query per 16 references (4M references, d = 8),
+# and a search of 1,000 queries against 4M references took twice as long with it (BENCHMARKS.md).
+CURVE_MIN_QUERY_SHARE = 1 / 16
 
 
-def _curve_applies(metric: Metric, d: int, n_query: int) -> bool:
-    """Whether a one-tile fused search visits references in curve order (:class:`_CurveOrder`)."""
-    return metric.name in _CURVE_METRICS and (d <= CURVE_MAX_FEATURES or n_query >= CURVE_MIN_QUERIES)
+def _curve_applies(metric: Metric, d: int, n_query: int, n_ref: int) -> bool:
+    """Whether a one-tile fused search of ``n_query`` queries (one block of them) against
+    ``n_ref`` references visits them in curve order (:class:`_CurveOrder`)."""
+    return (metric.name in _CURVE_METRICS and (d <= CURVE_MAX_FEATURES or n_query >= CURVE_MIN_QUERIES)
+            and n_query >= CURVE_MIN_QUERY_SHARE * n_ref)
 
 
 class _CurveOrder:

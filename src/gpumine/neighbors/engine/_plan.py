@@ -8,7 +8,7 @@ import torch
 
 from ...config import get_config, resolve_backend
 from ...core.distance import Metric
-from ...core.tiles import TilePlan, fits_on_device, plan_tiles, same_device
+from ...core.tiles import DEVICE_BUFFERS, TilePlan, fits_on_device, plan_tiles, same_device
 from ._exact_tile_kernel import EXACT_TILE_MAX_FEATURES, EXACT_TILE_METRICS
 from ._fused_kernel import FUSED_METRICS, MAX_FUSED_CANDIDATES, ROW_ALIGN, split_form_width
 
@@ -222,7 +222,7 @@ def fused_launch_rows(n_ref: int, d: int, budget_bytes: int, streamed: bool = Fa
     ``budget_bytes``, else as many as fit (at least ``_FUSED_MIN_LAUNCH_ROWS``).
 
     ``streamed``: the references come from the host a tile at a time, so a tile
-    also holds its two staging buffers on the device and its prepared rows. Wide
+    also holds its ``DEVICE_BUFFERS`` staging buffers on the device and its prepared rows. Wide
     tiles matter there: each costs a launch, a merge of the candidate lists and
     a host wait for its staging buffer, and the score-tile plan's tiles (sized
     for score blocks the fused kernel never forms) were narrow enough for those
@@ -230,7 +230,7 @@ def fused_launch_rows(n_ref: int, d: int, budget_bytes: int, streamed: bool = Fa
     """
     per_row = _fused_launch_bytes_per_row(d)
     if streamed:
-        per_row += 2 * 4 * d + 4 * (d + 1)
+        per_row += DEVICE_BUFFERS * 4 * d + 4 * (d + 1)
     if n_ref * per_row <= budget_bytes:
         return n_ref
     return min(n_ref, max(_FUSED_MIN_LAUNCH_ROWS, budget_bytes // per_row))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ...core.distance import Metric
-from ...core.tiles import iter_row_chunks
+from ...core.tiles import copy_to_device, iter_row_chunks
 from ._curve import _CurveOrder
 from ._host_summary import facts_of, observe_copy, summary_of
 from ._plan import _fits_resident
@@ -27,7 +27,7 @@ class _References:
         self.device = device
         self.host = ref
         self.resident = _fits_resident(ref, device) if resident is None else resident
-        self.data = ref.to(device) if self.resident else ref
+        self.data = copy_to_device(ref, device) if self.resident else ref
         if self.resident and self.data is not ref:
             observe_copy(ref, self.data)  # the facts a search gathers (see _host_summary), from the copy
         # from the device copy when there is one: torch's float64 sums on the host are a

@@ -39,7 +39,7 @@ import torch
 from ...utils._progress import Progress
 from ...core.distance import Metric
 from ...core.select import PAD_INDEX
-from ...core.tiles import TilePlan, copy_to_host, iter_row_chunks, plan_tiles, same_device, tile_bytes
+from ...core.tiles import TilePlan, copy_to_device, copy_to_host, iter_row_chunks, plan_tiles, same_device, tile_bytes
 from ._curve import _curve_applies
 from ._dense import dense_by_size, dense_eligible, dense_search
 from ._exact_select import exact_select_applies, exact_select_preferred, exact_select_search
@@ -200,9 +200,9 @@ def knn_search(
     order64 = float64_order and needs_float64_order(ref, query, metric)
     if _dense_eligible(ref, metric, float64_order, device, backend, precision) and not same_device(ref.device, device):
         same = query is ref  # dense searches keep the references on the device
-        host, ref = ref, ref.to(device)
+        host, ref = ref, copy_to_device(ref, device)
         observe_copy(host, ref)  # the facts a search of streamed references gathers (see _host_summary)
-        query = ref if same else query.to(device)
+        query = ref if same else copy_to_device(query, device)
     unique = UniqueRows.find(ref) if dedupe and _dedup_applies(ref, query, k, metric, device, exclude_self) else None
     if unique is not None:  # the distinct rows' search decides for itself whether it runs dense
         keys, index = _search_unique(unique, query, k, metric, exclude_self=exclude_self, order64=order64,
@@ -647,7 +647,7 @@ def _candidates_fused(Q, Qp, refs: _References, query_ids: torch.Tensor, c: int,
     # split lists side by side rather than merged (~30 launches) while re-ranking them stays cheap
     merge_splits = c > _UNMERGED_MAX_CANDIDATES
     one_tile = refs.resident and refs.rows_per_tile >= refs.data.shape[0]
-    if one_tile and _curve_applies(refs.metric, Q.shape[1], Q.shape[0]):
+    if one_tile and _curve_applies(refs.metric, Q.shape[1], Q.shape[0], refs.data.shape[0]):
         order = refs.curve_order()
         R = next(tiles)[1][order.perm]
         bias = None
