@@ -201,7 +201,7 @@ def _probe(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric):
     prod = _Products(metric, U, Qu, min(U.shape[0], K + GEMM_MARGIN))
     build = time.perf_counter() - start
     float64 = prod.passes()[0]
-    Q = torch.from_numpy(prod.query(sample)[0]).to(torch.float64 if float64 else torch.float32)
+    Q = torch.from_numpy(prod.query(sample, float64)[0]).to(torch.float64 if float64 else torch.float32)
     out = torch.empty((_PROBE_ROWS, prod.n_pad), dtype=Q.dtype)
     start = time.perf_counter()
     _smallest(prod.scores(Q, out), min(U.shape[0], K + GEMM_MARGIN), prod.levels)

@@ -188,7 +188,7 @@ def _exact_pairs(metric: Metric, Q64: np.ndarray, U64: np.ndarray, UT: np.ndarra
     if UT is not None:
         step = _numpy_pairs_per_block(Q64.shape[1], budget_bytes)
         for s0 in range(0, len(rows), step):
-            G = np.take(UT, uids[s0 : s0 + step], axis=1)
+            G = np.take(UT, uids[s0 : s0 + step], axis=1, mode="clip")  # in range: clip only skips the check
             G -= Q64[rows[s0 : s0 + step]].T
             out[s0 : s0 + step] = _reduce_terms(metric.name, G)
         return out
@@ -213,7 +213,8 @@ def _exact_dense(metric: Metric, Q64: np.ndarray, U64: np.ndarray, UT: np.ndarra
     if UT is not None:
         step = max(1, _numpy_pairs_per_block(Q64.shape[1], budget_bytes) // w)
         for s0 in range(0, b, step):
-            G = np.take(UT, idx[s0 : s0 + step], axis=1)  # (features, rows, candidates)
+            # (features, rows, candidates); the indices are in range: "clip" only skips their check
+            G = np.take(UT, idx[s0 : s0 + step], axis=1, mode="clip")
             G -= Q64[s0 : s0 + step].T[:, :, None]
             out[s0 : s0 + step] = _reduce_terms(metric.name, G)
         return out
@@ -224,18 +225,25 @@ def _exact_dense(metric: Metric, Q64: np.ndarray, U64: np.ndarray, UT: np.ndarra
     return out
 
 
-def _by_width(counts: np.ndarray, rows: np.ndarray):
+def _by_width(counts: np.ndarray, rows: np.ndarray, spare_pairs: int = 0):
     """``rows`` (with ``counts`` candidates each, ascending first) as (rows, width) groups to score.
 
     Rows needing few candidates (most) are scored apart from the few with near
-    ties, whose longer lists would otherwise set the width of all.
+    ties, whose longer lists would otherwise set the width of all; unless one
+    group of the widest width costs at most ``spare_pairs`` more pairs (a second
+    group's fixed cost is larger than that many pairs' scores).
     """
     if not rows.size:
         return []
     narrow = int(np.min(counts)) + 1
     few = counts <= narrow
-    groups = [(rows[few], narrow)] if few.all() else [(rows[few], narrow), (rows[~few], int(counts.max()))]
-    return [(r, w) for r, w in groups if r.size]
+    if few.all():
+        return [(rows, narrow)]
+    n_wide = rows.size - int(np.count_nonzero(few))
+    widest = int(counts.max())
+    if (widest - narrow) * (rows.size - n_wide) <= spare_pairs:
+        return [(rows, widest)]
+    return [(rows[few], narrow), (rows[~few], widest)]
 
 
 def _rows_per_block(budget_bytes: int, per_row: int, limit: int) -> int:
@@ -280,6 +288,38 @@ class _Results:
         order = (np.argsort(S, axis=1, kind="stable") if ascending else np.lexsort((orig, S), axis=-1))[:, : self.K]
         self.scores[rows] = np.take_along_axis(S, order, 1)
         self.index[rows] = np.take_along_axis(orig, order, 1)
+
+    def nearly_sorted(self, rows: np.ndarray, idx: np.ndarray, S: np.ndarray) -> None:
+        """As :meth:`dense`, for candidates already in about the order of their scores (by close approximations).
+
+        Rows whose first K entries are in (score, index) order with every later entry
+        after the K-th (most rows: only near ties reorder) are taken as they are, the
+        others sorted by :meth:`dense`.
+        """
+        if not rows.size:
+            return
+        K = self.K
+        if not self.refs.identity or idx.shape[1] < K:
+            self.dense(rows, idx, S)
+            return
+        s, i = S[:, :K], idx[:, :K]
+        ok = (s[:, 1:] > s[:, :-1]).all(1)  # strictly ascending: no tie to look at
+        if idx.shape[1] > K:
+            ok &= (S[:, K:] > s[:, K - 1 : K]).all(1)
+        bad = np.flatnonzero(~ok)
+        if bad.size:  # ties in index order pass too
+            sb, ib, Sb, Ib = s[bad], i[bad], S[bad], idx[bad]
+            ok = ((sb[:, 1:] > sb[:, :-1]) | ((sb[:, 1:] == sb[:, :-1]) & (ib[:, 1:] > ib[:, :-1]))).all(1)
+            if idx.shape[1] > K:
+                last_s, last_i = sb[:, -1:], ib[:, -1:]
+                ok &= ((Sb[:, K:] > last_s) | ((Sb[:, K:] == last_s) & (Ib[:, K:] > last_i))).all(1)
+            bad = bad[~ok]
+        if rows[-1] - rows[0] == rows.size - 1 and (np.diff(rows) == 1).all():  # consecutive rows: one copy
+            self.scores[rows[0] : rows[-1] + 1], self.index[rows[0] : rows[-1] + 1] = s, i
+        else:
+            self.scores[rows], self.index[rows] = s, i
+        if bad.size:
+            self.dense(rows[bad], idx[bad], S[bad])
 
     def pairs(self, rows: np.ndarray, uids: np.ndarray, scores: np.ndarray) -> None:
         self.flat.append((rows, uids, scores))

@@ -31,9 +31,13 @@ class _Products:
     ``offset[i] + (Q @ YT + bias)[i, j]`` approximates the exact score of query i
     and reference j, in float32 or float64. L2 is centred at the reference mean (no
     cancellation far from the origin), except for integers small enough that the
-    products are exact: in float32 (``exact32``), else in float64 (``exact64``;
-    then only float64 products run). Reference columns are padded to a multiple of
-    8 per selection level with a bias of +inf, so the selection needs no tail.
+    products are exact: in float32 (``exact32``), else in float64 (``exact64``).
+    Inner products of such integers run float64 products only; L2 (``int_l2``)
+    proposes candidates from centred float32 products (half the cost of float64
+    ones) and scores them exactly from their integer dot products
+    (:func:`_integer_l2_dense`), float64 products (uncentred: exact) taking the
+    rows the float32 bound leaves open. Reference columns are padded to a multiple
+    of 8 per selection level with a bias of +inf, so the selection needs no tail.
     """
 
     def __init__(self, metric: Metric, U: np.ndarray, Qu: np.ndarray, c: int):
@@ -45,18 +49,27 @@ class _Products:
         bits = None if largest is None else 4.0 * self.d * largest * largest
         self.exact32 = bits is not None and bits < 2.0**24
         self.exact64 = bits is not None and bits < 2.0**53
+        self.int_l2 = self.l2 and self.exact64 and not self.exact32
         self.centre = U.mean(0) if self.l2 and not self.exact64 else None
-        Y, ynorm = self._rows(U)
+        self.centre32 = U.mean(0) if self.int_l2 else self.centre  # the float32 products' rows
+        self.yy = (U * U).sum(1) if self.int_l2 else None  # exact: integer partial sums below 2^53
+        Y, ynorm = self._rows(U, self.centre)
         self.levels = _select_levels(n_u, c)
         step = _GROUP**self.levels
         self.n_pad = -(-n_u // step) * step
         YT = np.zeros((self.d, self.n_pad))
         YT[:, :n_u] = (-2.0 * Y if self.l2 else -Y).T
         bias = np.full(self.n_pad, np.inf)
-        bias[:n_u] = (Y * Y).sum(1) if self.l2 else 0.0
+        sq = (Y * Y).sum(1) if self.l2 else None
+        bias[:n_u] = sq if self.l2 else 0.0
         self.YT64, self.bias64 = torch.from_numpy(YT), torch.from_numpy(bias)
+        self._own = (U, Y, ynorm, sq)  # the references' rows, reused where the queries are the references
         self.YT32 = self.bias32 = None
-        if not self.exact64 or self.exact32:  # float32 products run
+        if not self.exact64 or self.exact32 or self.int_l2:  # float32 products run
+            if self.int_l2:  # centred rows for these (YT64 keeps the integer ones)
+                Y = self._rows(U, self.centre32)[0]
+                YT = YT.copy()
+                YT[:, :n_u] = (-2.0 * Y).T
             self.YT32 = torch.from_numpy(YT.astype(np.float32))
             bias32 = bias.copy()
             if self.l2:  # the squared norms of the rows the products see
@@ -65,9 +78,9 @@ class _Products:
             self.bias32 = torch.from_numpy(bias32.astype(np.float32))
         self.max_norm = float(ynorm.max()) if self.name == "inner_product" else 0.0
 
-    def _rows(self, X: np.ndarray):
-        if self.centre is not None:
-            return X - self.centre, None
+    def _rows(self, X: np.ndarray, centre):
+        if centre is not None:
+            return X - centre, None
         norm = np.sqrt((X * X).sum(1))
         if self.name == "cosine":
             return X / np.where(norm > 0, norm, 1.0)[:, None], norm
@@ -77,13 +90,14 @@ class _Products:
         """The precisions to try in turn (float64: True)."""
         if self.exact32:
             return (False,)
-        return (True,) if self.exact64 else (False, True)
+        return (True,) if self.exact64 and not self.int_l2 else (False, True)
 
-    def query(self, Q: np.ndarray):
-        """Query rows (float64), per-row offset, and the per-row scale of the error bound."""
-        rows, norm = self._rows(Q)
+    def query(self, Q: np.ndarray, float64: bool):
+        """Query rows (float64) for the float64 or float32 products, per-row offset, and the per-row scale of the error bound."""
+        own = Q is self._own[0] and (float64 or self.centre32 is self.centre)  # the queries are the references
+        rows, norm, sq = self._own[1:] if own else (*self._rows(Q, self.centre if float64 else self.centre32), None)
         if self.l2:
-            sq = (rows * rows).sum(1)
+            sq = (rows * rows).sum(1) if sq is None else sq
             return rows, sq, sq
         if self.name == "cosine":
             return rows, np.ones(len(Q)), np.ones(len(Q))
@@ -133,29 +147,113 @@ def _integer_magnitude(U: np.ndarray, Q: np.ndarray) -> float | None:
 
 
 _GROUP = 8
-# _smallest's top-k runs on at most this many columns (or 16 c): a top-k costs a few ns per
-# column and row, the group minima a fraction of that
-_DIRECT_COLUMNS = 1024
 
 
 def _select_levels(n: int, c: int) -> int:
-    """How many times _smallest groups ``n`` columns by eight before its top-k."""
-    levels = 0
-    while n > max(16 * c, _DIRECT_COLUMNS):
-        n = -(-n // _GROUP)
-        levels += 1
+    """How many times _smallest groups ``n`` columns by eight before its threshold or its partition.
+
+    Up to ``_MASK_MAX_COLUMNS`` columns (a threshold): while the groups stay at
+    least half as many again as ``c`` (the c-th smallest group minimum is then
+    still close above each row's c-th entry: about 1.5 c entries at or below it
+    where the values are spread) and the padding of the columns to a multiple of
+    the group size stays within 1/32 of them. Above (a partition of the minima):
+    until at most ``max(16 c, _PARTITION_COLUMNS)`` minima are left.
+    """
+    levels, size = 0, 1
+    if n > _MASK_MAX_COLUMNS:
+        while n > max(16 * c, _PARTITION_COLUMNS):
+            n = -(-n // _GROUP)
+            levels += 1
+        return levels
+    while 2 * -(-n // (size * _GROUP)) >= 3 * c and -(-n // (size * _GROUP)) * size * _GROUP - n <= max(_GROUP, n // 32):
+        levels, size = levels + 1, size * _GROUP
     return levels
 
 
+# Rows of up to this many columns: _smallest compares every entry with a threshold from the
+# group minima (one pass over the scores); longer rows: a partition of the group minima and
+# of the chosen groups' members, level by level (no pass over the scores but the minima's)
+_MASK_MAX_COLUMNS = 8192
+# the partition of the minima runs on at most this many columns (or 16 c): a partition costs a
+# few ns per column and row, the group minima a fraction of that
+_PARTITION_COLUMNS = 1024
+# Rows with more entries at or below their threshold than this many per kept entry (wide
+# ties) are selected by a partition of the whole row instead
+_SURVIVORS_PER_KEPT = 4
+
+
 def _smallest(A: torch.Tensor, c: int, levels: int):
+    """At least the ``c`` smallest entries of each row of ``A``, ascending: NumPy (values, int64 columns, kept).
+
+    Row i keeps ``kept[i] >= c`` entries, padded to a common width with +inf (and
+    column 0); every entry left out is at least the largest value kept (ties in
+    any order).
+    The columns (a multiple of ``8 ** levels``) are cut into 8 strided groups
+    (column ``g + j * n_groups`` in group ``g``) and the group minima taken,
+    ``levels`` times over.
+
+    Up to ``_MASK_MAX_COLUMNS`` columns, the c-th smallest of the last minima,
+    ``t``, is at least each row's c-th smallest entry (``c`` groups hold an entry
+    at or below it): the entries at or below ``t`` (one pass over ``A``; about
+    1.5 c where the values are spread) are sorted and kept: beyond the c-th they
+    cost nothing more, and they certify rows whose c-th product score is close to
+    their K-th. Rows with more than ``_SURVIVORS_PER_KEPT * c`` of them (wide ties)
+    keep the ``c`` of a partition of the whole row instead. Above,
+    :func:`_smallest_by_groups` (``c`` each).
+    """
+    b, n = A.shape
+    X = A.numpy()
+    if c >= n:
+        return (*_sorted_by_value(X, np.broadcast_to(np.arange(n), (b, n))), np.full(b, n))
+    if n > _MASK_MAX_COLUMNS:
+        return (*_sorted_by_value(*_smallest_by_groups(A, c, levels)), np.full(b, c))
+    M = A
+    for _ in range(levels):
+        M = M.view(b, _GROUP, M.shape[1] // _GROUP).amin(1)
+    M = M.numpy()
+    t = np.partition(M, c - 1, axis=1)[:, c - 1 : c] if M.shape[1] > c else M.max(1, keepdims=True)
+    flat = np.flatnonzero(X <= t)
+    rows = flat // n
+    counts = np.bincount(rows, minlength=b)
+    heavy = np.flatnonzero((counts > _SURVIVORS_PER_KEPT * c) | (counts < c))  # fewer: NaN scores
+    if heavy.size:
+        keep = np.ones(b, dtype=bool)
+        keep[heavy] = False
+        keep = keep[rows]
+        flat, rows = flat[keep], rows[keep]
+        counts[heavy] = 0
+    width = max(int(counts.max()), c)
+    kept = counts.copy()
+    kept[heavy] = c
+    starts = np.cumsum(counts) - counts
+    dest = np.arange(flat.size) + np.repeat(np.arange(0, b * width, width) - starts, counts)  # row * width + rank
+    cols = flat - rows * n
+    if X.dtype == np.float32 and n < 1 << 32:  # one padded array of 64-bit keys, sorted as integers
+        key = np.full(b * width, _INF_KEY, dtype=np.uint64)  # padding: +inf, column 0
+        key[dest] = _sort_keys(X.reshape(-1)[flat], cols)
+        key = key.reshape(b, width)
+        if heavy.size:
+            key[heavy, :c] = _sort_keys(*_first_columns(X[heavy], c))
+        key.sort(axis=1)
+        return (*_from_sort_keys(key), kept)
+    V = np.full(b * width, np.inf, dtype=X.dtype)
+    C = np.zeros(b * width, dtype=np.int64)
+    V[dest], C[dest] = X.reshape(-1)[flat], cols
+    V, C = V.reshape(b, width), C.reshape(b, width)
+    if heavy.size:
+        V[heavy, :c], C[heavy, :c] = _first_columns(X[heavy], c)
+    order = np.argsort(V, axis=1)
+    return np.take_along_axis(V, order, 1), np.take_along_axis(C, order, 1), kept
+
+
+def _smallest_by_groups(A: torch.Tensor, c: int, levels: int):
     """The ``c`` smallest entries of each row of ``A`` (any order): NumPy (values, int64 columns).
 
-    Every entry left out is at least the largest value kept. The columns (a
-    multiple of ``8 ** levels``) are cut into 8 strided groups (column ``g + j *
-    n_groups`` in group ``g``) and the group minima taken, ``levels`` times over;
-    the selection runs on the last minima, then inside the ``c`` chosen groups of each
-    level down: its ``c`` groups of smallest minimum hold the ``c`` smallest entries
-    below them, and every group left out has a minimum at least the largest kept.
+    Every entry left out is at least the largest value kept. The group minima
+    of :func:`_smallest`, ``levels`` times over; the selection runs on the last
+    minima, then inside the ``c`` chosen groups of each level down: its ``c``
+    groups of smallest minimum hold the ``c`` smallest entries below them, and
+    every group left out has a minimum at least the largest kept.
     """
     b = A.shape[0]
     tiers = [A]
@@ -171,6 +269,23 @@ def _smallest(A: torch.Tensor, c: int, levels: int):
     return values, cols
 
 
+def _sort_keys(values: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """float32 values and their columns (below 2^32) as 64-bit keys whose integer order is the values' order."""
+    bits = values.view(np.uint32)
+    key = np.where(bits >= np.uint32(1 << 31), ~bits, bits | np.uint32(1 << 31)).astype(np.uint64) << np.uint64(32)
+    key |= cols.astype(np.uint64)
+    return key
+
+
+_INF_KEY = np.uint64(0xFF800000 << 32)  # _sort_keys of (+inf, column 0)
+
+
+def _from_sort_keys(key: np.ndarray):
+    high = (key >> np.uint64(32)).astype(np.uint32)
+    bits = np.where(high >= np.uint32(1 << 31), high & np.uint32((1 << 31) - 1), ~high)
+    return bits.view(np.float32), (key & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
 def _sorted_by_value(values: np.ndarray, cols: np.ndarray):
     """Each row of ``values`` ascending, ``cols`` alongside (ties in any order).
 
@@ -181,14 +296,9 @@ def _sorted_by_value(values: np.ndarray, cols: np.ndarray):
     if values.dtype != np.float32 or values.shape[1] == 0 or int(cols.max()) >= 1 << 32:
         order = np.argsort(values, axis=1)
         return np.take_along_axis(values, order, 1), np.take_along_axis(cols, order, 1)
-    bits = values.view(np.uint32)
-    negative = bits >= np.uint32(1 << 31)
-    key = np.where(negative, ~bits, bits | np.uint32(1 << 31)).astype(np.uint64) << np.uint64(32)
-    key |= cols.astype(np.uint64)
+    key = _sort_keys(values, cols)
     key.sort(axis=1)
-    high = (key >> np.uint64(32)).astype(np.uint32)
-    bits = np.where(high >= np.uint32(1 << 31), high & np.uint32((1 << 31) - 1), ~high)
-    return bits.view(np.float32), (key & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    return _from_sort_keys(key)
 
 
 # Candidates per query from the products beyond the K needed.
@@ -209,13 +319,13 @@ def _gemm_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, prod=N
     """Candidates from products, certified or completed from a band of possible ties, then exact scores."""
     if prod is None:
         prod = _Products(metric, U, Qu, min(U.shape[0], K + GEMM_MARGIN))
-    Q, offset, scale = prod.query(Qu)
     results = _Results(Qu.shape[0], K, refs)
     UT = _feature_major(metric, U)
     wide = np.arange(Qu.shape[0])
     for float64 in prod.passes():
         if not wide.size:
             break
+        Q, offset, scale = prod.query(Qu, float64)
         wide = _gemm_pass(prod, Q, offset, scale, wide, float64, Qu, U, UT, metric, results, budget_bytes, counters,
                           workers)
     counters["rows_exact_scan"] += wide.size
@@ -245,7 +355,7 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
         if getattr(local, "buffer", None) is None:
             local.buffer = torch.empty((block, prod.n_pad), dtype=dtype)
         A = prod.scores(Qt[span[0] : span[1]] if all_rows else Qt[torch.from_numpy(rows)], local.buffer[:b])
-        values, cols = _sorted_by_value(*_smallest(A, c, prod.levels))
+        values, cols, kept = _smallest(A, c, prod.levels)
         q, off = scale[rows], offset[rows]
         approx = values.astype(np.float64) + off[:, None]  # ascending: adding one value per row keeps the order
         kth = prod.upper(_kth_scores(approx, cols, K, results.refs, ascending=True), q, g)  # at least the exact K-th score
@@ -253,15 +363,20 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
         if c >= n_u:
             certified = np.ones(b, dtype=bool)
         else:  # what was left out has a product score of at least the largest kept one
-            certified = prod.lower(approx[:, -1], q, g) > kth
+            certified = (prod.lower(approx[np.arange(b), kept - 1], q, g) > kth) | (kept >= n_u)
         cert = np.flatnonzero(certified)
-        for part, width in _by_width((approx[cert] <= reach[cert, None]).sum(1), cert):
+        for part, width in _by_width((approx[cert] <= reach[cert, None]).sum(1), cert, _SPARE_TERMS // prod.d):
+            width = min(width, cols.shape[1])
+            cand = cols[part, :width]  # ascending product scores: about the order of the exact ones
             if g == 0.0:  # exact products (integers: every partial sum exact, in any order) are exact_scores' values
-                results.dense(rows[part], cols[part, :width], approx[part, :width])
+                results.nearly_sorted(rows[part], cand, approx[part, :width])
+                continue
+            if prod.int_l2:
+                S = _integer_l2_dense(Qu[rows[part]], U, prod.yy, cand)
             else:
-                cand = np.sort(cols[part, :width], axis=1)
-                results.dense(rows[part], cand, _exact_dense(metric, Qu[rows[part]], U, UT, cand, budget_bytes),
-                              ascending=True)
+                S = _exact_dense(metric, Qu[rows[part]], U, UT, cand, budget_bytes)
+            S[np.arange(width) >= kept[part, None]] = np.inf  # a row's entries past its kept ones (column 0)
+            results.nearly_sorted(rows[part], cand, S)
         open_rows = np.flatnonzero(~certified)
         if not open_rows.size:
             return rows[:0], 0
@@ -284,6 +399,29 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
     done = _run_blocks(work, _split(rows_in.size, block, workers), workers)
     counters["rows_tie_complete"] += sum(n for _, n in done)
     return np.concatenate([w for w, _ in done])
+
+
+# Scored terms (pairs x features) a second group of candidate widths would cost in fixed costs (_by_width)
+_SPARE_TERMS = 1 << 16
+# Query rows per block of _integer_l2_dense (their candidates' rows stay in the cache)
+_INTEGER_ROWS = 64
+
+
+def _integer_l2_dense(X: np.ndarray, U: np.ndarray, yy: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Exact L2 scores of query ``X[i]`` against references ``idx[i, j]`` for integer rows (``_Products.int_l2``): (b, w).
+
+    ``|x|^2 + |y|^2 - 2 x.y`` from a dot product of each candidate pair: every
+    partial sum an integer below 2^53, so each step is exact in any order and the
+    score is the exact squared distance, as ``exact_scores`` forms it.
+    """
+    b, w = idx.shape
+    out = np.empty((b, w))
+    for s0 in range(0, b, _INTEGER_ROWS):
+        x = X[s0 : s0 + _INTEGER_ROWS]
+        cand = idx[s0 : s0 + _INTEGER_ROWS]
+        dots = np.matmul(np.take(U, cand.reshape(-1), axis=0, mode="clip").reshape(*cand.shape, -1), x[:, :, None])[..., 0]
+        out[s0 : s0 + _INTEGER_ROWS] = ((x * x).sum(1)[:, None] + yy[cand]) - 2.0 * dots
+    return out
 
 
 def _band(A: np.ndarray, limit: np.ndarray, exact: bool, c: int, cap: int):
