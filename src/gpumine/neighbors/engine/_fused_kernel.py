@@ -68,6 +68,12 @@ DOT_PRECISION = "tf32x3"
 # time at d = 8, 16 and 20 (64 columns vs three 32-wide products), but slower at d = 10 in 64
 # columns instead of 32 (BENCHMARKS.md, "Design measurements quoted in the code")
 SPLIT_MAX_WIDTH = 64
+# The split operands are built for every launch, a pass of several elementwise steps over a copy
+# of the references three times their width: it pays only where each reference row meets many
+# queries. A launch of fewer than one query per SPLIT_MIN_REFS_PER_QUERY references multiplies
+# in the kernel: streamed tiles of 13.6M references with 10-100 queries took about a quarter
+# less time so, 1,000 queries against 4M references the same (BENCHMARKS.md).
+SPLIT_MIN_REFS_PER_QUERY = 1024
 # From this many features a reference bias (L2's |y|^2) starts the accumulator rather than
 # riding as one more feature; below it (and outside the split form) it is appended as a
 # feature, as measured faster (adding the bias after the dot cost more; BENCHMARKS.md)
@@ -412,7 +418,8 @@ def _prepare_operands(Q: torch.Tensor, R: torch.Tensor, C: int, metric_name: str
     precision = precision or DOT_PRECISION
     bm, bn, warps = default_blocks(d, C, score)
     if score == _SCORE_DOT:
-        width = split_form_width(d, ref_bias is not None) if precision == "tf32x3" and block_k is None else None
+        width = (split_form_width(d, ref_bias is not None)
+                 if precision == "tf32x3" and block_k is None and n_query * SPLIT_MIN_REFS_PER_QUERY >= n_ref else None)
         if width is not None:
             Q, R = split_tf32x3(Q, R, ref_bias, width)
             ref_bias, precision, d, block_k = None, "tf32", width, width
