@@ -356,7 +356,7 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
             local.buffer = torch.empty((block, prod.n_pad), dtype=dtype)
         A = prod.scores(Qt[span[0] : span[1]] if all_rows else Qt[torch.from_numpy(rows)], local.buffer[:b])
         values, cols, kept = _smallest(A, c, prod.levels)
-        q, off = scale[rows], offset[rows]
+        q, off = (scale[span[0] : span[1]], offset[span[0] : span[1]]) if all_rows else (scale[rows], offset[rows])
         approx = values.astype(np.float64) + off[:, None]  # ascending: adding one value per row keeps the order
         kth = prod.upper(_kth_scores(approx, cols, K, results.refs, ascending=True), q, g)  # at least the exact K-th score
         reach = prod.reach(kth, q, g)  # product scores of pairs that may score up to it
@@ -365,17 +365,23 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
         else:  # what was left out has a product score of at least the largest kept one
             certified = (prod.lower(approx[np.arange(b), kept - 1], q, g) > kth) | (kept >= n_u)
         cert = np.flatnonzero(certified)
-        for part, width in _by_width((approx[cert] <= reach[cert, None]).sum(1), cert, _SPARE_TERMS // prod.d):
+        every = cert.size == b  # every row certified (most blocks): slices, no copies
+        need = ((approx if every else approx[cert]) <= reach[cert, None]).sum(1)
+        for part, width in _by_width(need, cert, _SPARE_TERMS // prod.d):
             width = min(width, cols.shape[1])
-            cand = cols[part, :width]  # ascending product scores: about the order of the exact ones
+            whole = part.size == b and all_rows  # the block's own rows, in order
+            cand = cols[:, :width] if part.size == b else cols[part, :width]  # ascending product scores: about the exact order
             if g == 0.0:  # exact products (integers: every partial sum exact, in any order) are exact_scores' values
-                results.nearly_sorted(rows[part], cand, approx[part, :width])
+                results.nearly_sorted(rows[part], cand, approx[:, :width] if part.size == b else approx[part, :width])
                 continue
+            X = Qu[span[0] : span[1]] if whole else Qu[rows[part]]
             if prod.int_l2:
-                S = _integer_l2_dense(Qu[rows[part]], U, prod.yy, cand)
+                S = _integer_l2_dense(X, U, prod.yy, cand)
             else:
-                S = _exact_dense(metric, Qu[rows[part]], U, UT, cand, budget_bytes)
-            S[np.arange(width) >= kept[part, None]] = np.inf  # a row's entries past its kept ones (column 0)
+                S = _exact_dense(metric, X, U, UT, cand, budget_bytes)
+            short = kept[part] < width
+            if short.any():  # a row's entries past its kept ones (column 0)
+                S[np.arange(width) >= kept[part, None]] = np.inf
             results.nearly_sorted(rows[part], cand, S)
         open_rows = np.flatnonzero(~certified)
         if not open_rows.size:
