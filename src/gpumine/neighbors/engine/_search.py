@@ -274,6 +274,8 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
     if deduplicated or dense_by_size(query.shape[0], ref.shape[0], ref.shape[1]) or ref.shape[0] < DENSE_PROBE_MIN_REFERENCES:
         return True
     n_query = query.shape[0]
+    if ref.shape[0] >= DENSE_PROBE_SKIP_REFS_PER_QUERY * n_query:
+        return False  # the probe's pass over the references would cost about what the search does
     picks = torch.linspace(0, n_query - 1, probe_rows(n_query), device=query.device).round().long().unique()
     sample = query.index_select(0, picks)
     # a self-search's sample keeps its own rows: one neighbour more (and one more for the float64 order)
@@ -297,6 +299,12 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
 # the code").
 DENSE_PROBE_ROWS = 1024
 DENSE_PROBE_MAX_OPEN = 0.02
+# Searches with at least this many references per query go to the fused kernel unprobed (its
+# bounded retries settle the rows its first pass leaves open): there the probe's own pass over the
+# references cost about what the search did (100 and 1,000 queries x 300M references: 0.83 and
+# 1.14 s probed, 0.48 and 0.71 s not), while at 4,000 references per query the probe still pays
+# (clusters far from the origin, 4M x 16: 0.10 s probed and dense, 0.26 s fused) (BENCHMARKS.md)
+DENSE_PROBE_SKIP_REFS_PER_QUERY = 1 << 16
 # Few queries are sampled at most a quarter of (but at least this many): a probe of every query
 # ran the whole first pass once more before the search (1,000 queries x 50M references)
 DENSE_PROBE_MIN_ROWS = 64
