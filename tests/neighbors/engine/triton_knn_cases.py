@@ -1,6 +1,8 @@
 """Fused Triton kNN kernel vs its torch twin.
 
-Collected directly on a GPU machine (``pytest tests/neighbors/engine/triton_knn_cases.py``), and
+Collected directly on a GPU machine (``pytest tests/neighbors/engine/triton_knn_cases.py``; most of
+their time is Triton compiling each case's kernels, so ``pytest -n <cores>`` with pytest-xdist runs
+them in a fraction of it), and
 run by ``test_triton_kernels_under_the_interpreter.py`` in a child process with ``TRITON_INTERPRET=1``
 on machines without one (small shapes: the interpreter is slow).
 """
