@@ -76,3 +76,19 @@ def test_an_abandoned_stream_leaves_no_copy_running(small_pieces):
 def test_a_large_copy_goes_through_the_staging_unchanged():
     X = torch.randn(tiles.STAGED_COPY_MIN_BYTES // 4 * 3 // 8 + 13, 8)  # a few chunks and a partial one
     assert torch.equal(copy_to_device(X, torch.device("cuda")).cpu(), X)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork")
+def test_a_forked_child_gets_a_staging_pool_of_its_own():
+    import os
+
+    parent = tiles._pool()
+    assert parent.submit(lambda: 1).result() == 1
+    pid = os.fork()
+    if pid == 0:  # the child: a pool with no threads would never run this
+        try:
+            os._exit(0 if tiles._pool() is not parent and tiles._pool().submit(lambda: 7).result(timeout=10) == 7 else 1)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
+import os
 import threading
 from typing import Iterator
 
@@ -182,6 +183,16 @@ def _pool() -> ThreadPoolExecutor:
         if _staging_pool is None:
             _staging_pool = ThreadPoolExecutor(STAGING_THREADS, thread_name_prefix="gpumine-staging")
         return _staging_pool
+
+
+def _forget_pool_in_child() -> None:
+    # a forked child has the parent's pool object but none of its threads: tasks would never run
+    global _staging_pool, _staging_pool_lock
+    _staging_pool, _staging_pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def _fill(after: "torch.cuda.Event | None", dst: torch.Tensor, src: torch.Tensor) -> None:
