@@ -301,9 +301,10 @@ DENSE_PROBE_ROWS = 1024
 DENSE_PROBE_MAX_OPEN = 0.02
 # Searches with at least this many references per query go to the fused kernel unprobed (its
 # bounded retries settle the rows its first pass leaves open): there the probe's own pass over the
-# references cost about what the search did (100 and 1,000 queries x 300M references: 0.83 and
-# 1.14 s probed, 0.48 and 0.71 s not), while at 4,000 references per query the probe still pays
-# (clusters far from the origin, 4M x 16: 0.10 s probed and dense, 0.26 s fused) (BENCHMARKS.md)
+# references cost about what the search did (100 and 1,000 queries x 300M references took over
+# half again as long probed), while at 4,000 references per query the probe still pays (clusters
+# far from the origin ran more than twice as long fused as probed and dense) (BENCHMARKS.md,
+# "Design measurements quoted in the code")
 DENSE_PROBE_SKIP_REFS_PER_QUERY = 1 << 16
 # Few queries are sampled at most a quarter of (but at least this many): a probe of every query
 # ran the whole first pass once more before the search (1,000 queries x 50M references)
