@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 from ..utils._validation import (all_finite, check_array, check_n_neighbors, non_finite_error, output_kind, result_device,
-                           to_output)
+                           to_output, to_outputs)
 from ..config import resolve_device, working_memory_bytes
 from ..core.distance import check_precision, get_metric
 from ..core.tiles import copy_to_device, fits_on_device, same_device
 from ._metrics_extra import EXTRA_METRICS, check_backend, extra_kneighbors, is_extra_metric, make_extra_form
+from .engine._magnitude import finite_magnitudes
 from .engine import (assumptions_held, choose_backend, facts_of, gather_facts, knn_search, search_with_graph, smallest_nonzero_magnitude,
                      summarise_on_device)
 
@@ -18,7 +21,10 @@ __all__ = ["kneighbors", "tune_knn"]
 
 
 def _common_dtype(*tensors: torch.Tensor) -> torch.dtype:
-    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+    for t in tensors:
+        if t.dtype == torch.float64:
+            return torch.float64
+    return torch.float32
 
 
 def _to_device_checked(arrays: dict, device: torch.device, gather: tuple = ()):
@@ -75,6 +81,30 @@ def _to_device_checked(arrays: dict, device: torch.device, gather: tuple = ()):
     for high, tiny in host_ends:
         largest, tiniest = max(largest, high), min(tiniest, tiny)
     return moved, (None, None) if unknown else (largest, tiniest)
+
+
+def _checked_magnitudes(tensor: torch.Tensor, name: str):
+    """``(largest, tiniest)`` magnitudes of validated host data, from the pass that refuses NaN and infinity.
+
+    The errors are :func:`check_array`'s. Data not in host memory is only
+    checked (None: the search finds its magnitudes itself). Float64 data skips
+    the smallest nonzero magnitude (``inf``): its range plan does not read it.
+    """
+    if tensor.numel() and tensor.device.type == "cpu":
+        ends = finite_magnitudes(tensor, nonzero=tensor.dtype != torch.float64)
+        if ends is None:
+            raise non_finite_error(tensor, name)
+        return ends
+    if tensor.numel() and not all_finite(tensor):
+        raise non_finite_error(tensor, name)
+    return None if tensor.numel() else (0.0, math.inf)
+
+
+def _joined(a, b):
+    """The magnitudes of two arrays together (None when either is unknown)."""
+    if a is None or b is None:
+        return None
+    return max(a[0], b[0]), min(a[1], b[1])
 
 
 def kneighbors(
@@ -185,12 +215,16 @@ def kneighbors(
         raise ValueError(f"metric_params {sorted(metric_params)} apply to the metrics {', '.join(EXTRA_METRICS)} and "
                          f"callables; metric={metric!r} takes p only")
     on_gpu = dev.type == "cuda"  # NaN and infinity are then looked for on the device
-    ref = check_array(X_ref, name="X_ref", allow_nan=on_gpu)
+    # on the host, the pass that finds NaN and infinity also gives the range plan's magnitudes
+    ref = check_array(X_ref, name="X_ref", allow_nan=True)
+    ends = None if on_gpu else _checked_magnitudes(ref, "X_ref")
     exclude_self = X_query is None
     if exclude_self:
         query, kind = ref, output_kind(X_ref)
     else:
-        query = check_array(X_query, name="X_query", allow_empty=True, allow_nan=on_gpu)
+        query = check_array(X_query, name="X_query", allow_empty=True, allow_nan=True)
+        if not on_gpu:
+            ends = _joined(ends, _checked_magnitudes(query, "X_query"))
         kind = output_kind(X_query)
         if query.shape[1] != ref.shape[1]:
             raise ValueError(
@@ -198,7 +232,10 @@ def kneighbors(
                 "queries need the same columns as the reference set"
             )
     dtype = _common_dtype(ref, query)
-    ref, query = ref.to(dtype), query.to(dtype)
+    if ref.dtype != dtype:
+        ref = ref.to(dtype)
+    if query.dtype != dtype:
+        query = query.to(dtype)
     k = check_n_neighbors(k, ref.shape[0], name="k", excluding_self=exclude_self)
     metric_obj = get_metric(metric, p)
     check_precision(precision, dtype)
@@ -214,11 +251,10 @@ def kneighbors(
         scores, index = found
     else:
         scores, index = _search(ref, query, k, metric_obj, exclude_self, dev, working_memory_bytes(working_memory, dev),
-                                out_device, verbose, backend, precision)
-    index_out = to_output(index, kind)
+                                out_device, verbose, backend, precision, ends)
     if not return_distance:
-        return index_out
-    return to_output(scores, kind), index_out
+        return to_output(index, kind)
+    return to_outputs(kind, scores, index)
 
 
 def _extra_search(X_ref, X_query, k, metric, metric_params, dev, backend, working_memory, return_distance, precision):
@@ -252,8 +288,13 @@ def _extra_search(X_ref, X_query, k, metric, metric_params, dev, backend, workin
     return to_output(dist, kind), index_out
 
 
-def _search(ref, query, k, metric_obj, exclude_self, dev, budget_bytes, result_device, verbose, backend, precision):
-    """The eager search: GPU operands copied and checked first, then the engine."""
+def _search(ref, query, k, metric_obj, exclude_self, dev, budget_bytes, result_device, verbose, backend, precision,
+            ends=None):
+    """The eager search: GPU operands copied and checked first, then the engine.
+
+    ``ends``: the host data's ``(largest, tiniest)`` magnitudes from its finiteness check (see
+    :func:`_checked_magnitudes`), or None.
+    """
     magnitude = tiniest = None
     if dev.type == "cuda":
         arrays, (magnitude, tiniest) = _to_device_checked({"X_ref": ref} if exclude_self else {"X_ref": ref, "X_query": query}, dev,
@@ -263,6 +304,10 @@ def _search(ref, query, k, metric_obj, exclude_self, dev, budget_bytes, result_d
     common = dict(exclude_self=exclude_self, device=dev, budget_bytes=budget_bytes, result_device=result_device,
                   verbose=verbose, backend=backend, as_distance=True, precision=precision)
     gathering = facts_of(ref) is not None  # host references streamed once, their facts gathered on the way
+    if dev.type != "cuda" and ends is not None and not gathering:
+        magnitude, tiniest = ends
+        if ref.dtype == torch.float64:
+            tiniest = None  # float64's range plan reads the largest magnitude only
     try:
         found = knn_search(ref, query, k, metric_obj, magnitude=magnitude, tiniest=tiniest, **common)
     except Exception:

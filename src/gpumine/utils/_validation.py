@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .. import config as _config  # a leaf module: read at every result, so imported once here
+
 __all__ = [
     "check_array",
     "check_labels",
@@ -36,6 +38,7 @@ __all__ = [
     "check_n_features",
     "output_kind",
     "to_output",
+    "to_outputs",
     "to_attribute",
     "labels_to_output",
     "result_device",
@@ -128,9 +131,7 @@ def output_kind(X) -> OutputKind:
 
 
 def _output_type() -> str:
-    from ..config import _settings
-
-    return _settings()["output_type"]
+    return _config._settings()["output_type"]
 
 
 def _effective(kind: OutputKind, output_type: str) -> str:
@@ -141,18 +142,31 @@ def result_device(kind: OutputKind, compute_device: torch.device | None = None) 
     """Where a function should leave its results so that :func:`to_output` moves nothing it need not."""
     target = _effective(kind, _output_type())
     if target in ("numpy", "pandas"):
-        return torch.device("cpu")
+        return _HOST
     if kind.kind != "numpy" and kind.device is not None:
         return kind.device
     if target == "cupy" and compute_device is not None and compute_device.type == "cuda":
         return compute_device
-    return torch.device("cpu")
+    return _HOST
+
+
+_HOST = torch.device("cpu")  # devices are immutable: one object serves every call
 
 
 def to_output(tensor: torch.Tensor, kind: OutputKind):
     """Convert a result tensor to the configured ``output_type`` (by default the caller's kind, see
     :func:`output_kind`). Every method and function result goes through here."""
     return _convert(tensor, kind, _output_type())
+
+
+def to_outputs(kind: OutputKind, *tensors: torch.Tensor) -> tuple:
+    """:func:`to_output` of several results of one call, the configured ``output_type`` read once."""
+    output_type = _output_type()
+    if output_type in ("input", "numpy") and kind.kind == "numpy":
+        # the common case, without _convert's dispatch: host results as NumPy arrays
+        return tuple(t.numpy() if t.device.type == "cpu" and not t.requires_grad else t.detach().cpu().numpy()
+                     for t in tensors)
+    return tuple(_convert(t, kind, output_type) for t in tensors)
 
 
 def to_attribute(tensor: torch.Tensor, kind: OutputKind):
@@ -418,6 +432,10 @@ def _numpy_to_float(arr: np.ndarray, name: str, dtype) -> np.ndarray:
     return arr
 
 
+# NumPy dtypes check_array wraps as they are (native byte order: torch cannot wrap swapped bytes)
+_NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_NUMPY_OF = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+
 # torch's integer and boolean dtypes (the unsigned 16-64 bit ones arrive from DLPack and exist in newer torch)
 _INTEGER_DTYPES = tuple(
     getattr(torch, name) for name in ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64")
@@ -469,6 +487,14 @@ def check_array(
     ...
     ValueError: X contains NaN or infinity (1 non-finite value(s), first at row 0); remove or impute them (e.g. sklearn.impute.SimpleImputer)
     """
+    if (type(X) is np.ndarray and X.dtype in _NATIVE_FLOATS and X.ndim == 2 and X.shape[0] and X.shape[1]
+            and (dtype is None or _NUMPY_OF.get(dtype) == X.dtype) and X.flags.writeable and min(X.strides) >= 0):
+        # the common input, a writable 2-D float32/float64 array, wrapped as the general path below would
+        # wrap it (it passes every check there), without that path's dispatch: a fixed cost of every call
+        tensor = torch.from_numpy(X)
+        if not allow_nan and not all_finite(tensor):
+            raise non_finite_error(tensor, name)
+        return tensor
     if X is None:
         raise ValueError(f"{name} is None; pass an array of shape (n_samples, n_features)")
     data = _to_numpy_or_tensor(X, name)

@@ -33,7 +33,7 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["FLOAT32_LOW", "FLOAT32_HIGH", "magnitudes", "smallest_nonzero_magnitude", "arithmetic"]
+__all__ = ["FLOAT32_LOW", "FLOAT32_HIGH", "magnitudes", "finite_magnitudes", "smallest_nonzero_magnitude", "arithmetic"]
 
 FLOAT32_LOW = 2.0**-39
 FLOAT32_HIGH = 2.0**40
@@ -44,28 +44,73 @@ _CHUNK = 1 << 24
 
 def magnitudes(*arrays: torch.Tensor) -> tuple[float, float]:
     """The largest magnitude and the smallest nonzero magnitude (``inf`` when none) of the arrays."""
-    from ._host_summary import summary_of  # the summary module needs this one's helpers
-
     largest, tiniest = 0.0, math.inf
     for X in arrays:
         if X.numel() == 0:
             continue
-        summary = summary_of(X)
-        if summary is not None:
-            largest, tiniest = max(largest, summary.largest), min(tiniest, summary.tiniest)
+        if getattr(X, "_gpumine_summary", None) is not None:  # the import is a fixed cost of every call otherwise
+            from ._host_summary import summary_of  # the summary module needs this one's helpers
+
+            summary = summary_of(X)
+            if summary is not None:
+                largest, tiniest = max(largest, summary.largest), min(tiniest, summary.tiniest)
+                continue
+        if X.device.type == "cpu":  # NumPy's reductions are much faster than torch's on the host
+            largest, tiniest = _host_magnitudes(X, largest, tiniest)
             continue
         flat = X.reshape(-1) if X.is_contiguous() else X.contiguous().reshape(-1)
         for start in range(0, flat.numel(), _CHUNK):
             part = flat[start : start + _CHUNK]
-            if part.device.type == "cpu":  # NumPy's reductions are much faster than torch's on the host
-                values = np.abs(part.detach().numpy())
-                largest = max(largest, float(values.max()))
-                values[values == 0] = np.inf
-                tiniest = min(tiniest, float(values.min()))
-            else:
-                largest = max(largest, float(part.abs().max()))
-                tiniest = min(tiniest, float(smallest_nonzero_magnitude(part)))
+            largest = max(largest, float(part.abs().max()))
+            tiniest = min(tiniest, float(smallest_nonzero_magnitude(part)))
     return largest, tiniest
+
+
+def _host_magnitudes(X: torch.Tensor, largest: float, tiniest: float, *, stop_at_non_finite: bool = False,
+                     nonzero: bool = True):
+    """:func:`magnitudes` of host ``X`` folded into ``(largest, tiniest)``, in |X| pieces of ``_CHUNK`` elements.
+
+    Works on NumPy views (no torch op per piece: each costs microseconds, which
+    small searches notice). ``stop_at_non_finite``: return None at the first
+    piece holding NaN or infinity (NumPy's max propagates both), so that the pass
+    is the finiteness check too. ``nonzero=False`` leaves ``tiniest`` as it is
+    (float64 data's range plan reads the largest magnitude only).
+    """
+    flat = (X.detach() if X.requires_grad else X).numpy()
+    if flat.size <= _CHUNK:  # one piece (small data's common case), read in its own layout: the same values
+        values = np.abs(flat)
+        high = float(values.max())
+        if stop_at_non_finite and not math.isfinite(high):
+            return None
+        largest = max(largest, high)
+        if nonzero:
+            values[values == 0] = np.inf
+            tiniest = min(tiniest, float(values.min()))
+        return largest, tiniest
+    flat = flat.reshape(-1)  # C order, as torch's contiguous copy: the same pieces
+    for start in range(0, flat.size, _CHUNK):
+        values = np.abs(flat[start : start + _CHUNK])
+        high = float(values.max())
+        if stop_at_non_finite and not math.isfinite(high):
+            return None
+        largest = max(largest, high)
+        if nonzero:
+            values[values == 0] = np.inf
+            tiniest = min(tiniest, float(values.min()))
+    return largest, tiniest
+
+
+def finite_magnitudes(X: torch.Tensor, *, nonzero: bool = True) -> tuple[float, float] | None:
+    """:func:`magnitudes` of host ``X`` from the same pass that checks it is finite; None when it is not.
+
+    One pass instead of a finiteness check followed by the range plan's own
+    (what :func:`magnitudes` would return for ``X``, bit for bit). ``nonzero=False``
+    skips the smallest nonzero magnitude (returned as ``inf``) where the caller
+    needs none.
+    """
+    if X.numel() == 0:
+        return 0.0, math.inf
+    return _host_magnitudes(X, 0.0, math.inf, stop_at_non_finite=True, nonzero=nonzero)
 
 
 def smallest_nonzero_magnitude(t: torch.Tensor) -> torch.Tensor:
