@@ -13,9 +13,8 @@ from ..config import resolve_device, working_memory_bytes
 from ..core.distance import check_precision, get_metric
 from ..core.tiles import copy_to_device, fits_on_device, same_device
 from ._metrics_extra import EXTRA_METRICS, check_backend, extra_kneighbors, is_extra_metric, make_extra_form
-from .engine._magnitude import finite_magnitudes
-from .engine import (assumptions_held, choose_backend, facts_of, gather_facts, knn_search, search_with_graph, smallest_nonzero_magnitude,
-                     summarise_on_device)
+from .engine import (assumptions_held, choose_backend, facts_of, finite_magnitudes, gather_facts, knn_search, search_with_graph,
+                     smallest_nonzero_magnitude, summarise_on_device)
 
 __all__ = ["kneighbors", "tune_knn"]
 

@@ -39,10 +39,10 @@ from ._exact_tile_kernel import exact_tile_available, scores_within, scores_with
 from ._fused_tuning import tuning
 from ._graphs import clear_search_graphs, search_with_graph
 from ._host_summary import assumptions_held, facts_of, gather_facts, summarise_on_device
-from ._magnitude import smallest_nonzero_magnitude
+from ._magnitude import finite_magnitudes, smallest_nonzero_magnitude
 from ._plan import SearchPlan, choose_backend, fused_unsupported, plan_search
 from ._search import knn_search
 
 __all__ = ["knn_search", "SearchPlan", "plan_search", "choose_backend", "fused_unsupported", "search_with_graph",
-           "clear_search_graphs", "smallest_nonzero_magnitude", "tuning", "scores_within", "scores_within_torch",
+           "clear_search_graphs", "finite_magnitudes", "smallest_nonzero_magnitude", "tuning", "scores_within", "scores_within_torch",
            "exact_tile_available", "summarise_on_device", "gather_facts", "facts_of", "assumptions_held"]
