@@ -162,10 +162,6 @@ def to_output(tensor: torch.Tensor, kind: OutputKind):
 def to_outputs(kind: OutputKind, *tensors: torch.Tensor) -> tuple:
     """:func:`to_output` of several results of one call, the configured ``output_type`` read once."""
     output_type = _output_type()
-    if output_type in ("input", "numpy") and kind.kind == "numpy":
-        # the common case, without _convert's dispatch: host results as NumPy arrays
-        return tuple(t.numpy() if t.device.type == "cpu" and not t.requires_grad else t.detach().cpu().numpy()
-                     for t in tensors)
     return tuple(_convert(t, kind, output_type) for t in tensors)
 
 

@@ -78,18 +78,12 @@ def _host_magnitudes(X: torch.Tensor, largest: float, tiniest: float, *, stop_at
     """
     flat = (X.detach() if X.requires_grad else X).numpy()
     if flat.size <= _CHUNK:  # one piece (small data's common case), read in its own layout: the same values
-        values = np.abs(flat)
-        high = float(values.max())
-        if stop_at_non_finite and not math.isfinite(high):
-            return None
-        largest = max(largest, high)
-        if nonzero:
-            values[values == 0] = np.inf
-            tiniest = min(tiniest, float(values.min()))
-        return largest, tiniest
-    flat = flat.reshape(-1)  # C order, as torch's contiguous copy: the same pieces
-    for start in range(0, flat.size, _CHUNK):
-        values = np.abs(flat[start : start + _CHUNK])
+        pieces = [flat]
+    else:
+        flat = flat.reshape(-1)  # C order, as torch's contiguous copy: the same pieces
+        pieces = (flat[start : start + _CHUNK] for start in range(0, flat.size, _CHUNK))
+    for piece in pieces:
+        values = np.abs(piece)
         high = float(values.max())
         if stop_at_non_finite and not math.isfinite(high):
             return None
