@@ -348,13 +348,16 @@ def test_repeated_small_fits_on_the_gpu_replay_the_search_graph_with_eager_resul
     """The third fit of a shape replays a captured search; its scores equal the eager path's bit for bit."""
     import torch
 
-    from gpumine.neighbors.engine import _graphs
+    from gpumine.neighbors.engine import _exact_select, _graphs
     from gpumine.outliers import LocalOutlierFactor
 
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     rng = np.random.default_rng(7)
     sets = [rng.integers(0, 5, size=(500, 4)).astype(np.float32) for _ in range(3)]
+    # shapes the exact-selection kernel takes first run in one launch without a graph
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_FIRST_PAIRS", 0)
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_MANY_PAIRS", 0)
     _graphs.clear_search_graphs()
     graph = [LocalOutlierFactor(n_neighbors=10, device="cuda").fit(X).negative_outlier_factor_ for X in sets]
     assert _graphs._graphs, "the repeated fits captured no search graph"

@@ -13,8 +13,8 @@ from ..config import resolve_device, working_memory_bytes
 from ..core.distance import check_precision, get_metric
 from ..core.tiles import copy_to_device, fits_on_device, same_device
 from ._metrics_extra import EXTRA_METRICS, check_backend, extra_kneighbors, is_extra_metric, make_extra_form
-from .engine import (assumptions_held, choose_backend, facts_of, finite_magnitudes, gather_facts, knn_search, search_with_graph,
-                     smallest_nonzero_magnitude, summarise_on_device)
+from .engine import (assumptions_held, choose_backend, facts_of, finite_magnitudes, gather_facts, knn_search, search_small,
+                     search_with_graph, smallest_nonzero_magnitude, summarise_on_device)
 
 __all__ = ["kneighbors", "tune_knn"]
 
@@ -190,8 +190,12 @@ def kneighbors(
     and returned as its kind on its device. ``output_type`` in
     :func:`gpumine.config_context` asks for another kind.
 
-    On a GPU, a search that runs the fused kernel in one launch (float32, up to
-    128 MiB of operands) is captured as a CUDA graph the second time its shape
+    On a GPU, a small L2 search (float32, up to 32 features, ``k`` up to 64, up
+    to 2^26 query-reference pairs) scores every pair in float64 and selects in
+    one kernel launch that also checks the data for NaN and infinity; its work
+    is set by the shape, whatever ties or duplicates the data has. Other searches that
+    run the fused kernel in one launch (float32, up to
+    128 MiB of operands) are captured as a CUDA graph the second time their shape
     is met, and later calls of that shape replay it: one launch and one host
     wait instead of ~60, with the same results. Up to four shapes are kept;
     :func:`clear_search_graphs` frees them.
@@ -243,7 +247,10 @@ def kneighbors(
     out_device = result_device(kind, dev)
     found = None
     if on_gpu:
-        # repeated small searches replay a captured graph (see gpumine.neighbors.engine._graphs)
+        # small searches check the data and search in one launch, and repeated ones of other kinds
+        # replay a captured graph (see gpumine.neighbors.engine._exact_select and ._graphs)
+        found = _search_small(ref, query, k, metric_obj, exclude_self, dev, backend, precision, out_device)
+    if on_gpu and found is None:
         found = search_with_graph(ref, query, k, metric_obj, exclude_self=exclude_self, device=dev, working_memory=working_memory,
                                   backend=backend, precision=precision, result_device=out_device)
     if found is not None:
@@ -254,6 +261,19 @@ def kneighbors(
     if not return_distance:
         return to_output(index, kind)
     return to_outputs(kind, scores, index)
+
+
+def _search_small(ref, query, k, metric_obj, exclude_self, dev, backend, precision, result_device):
+    """``(distances, indices)`` of a small GPU search checked in its own launch, or None (see ``engine.search_small``)."""
+    found = search_small(ref, query, k, metric_obj, exclude_self=exclude_self, device=dev, backend=backend, precision=precision)
+    if found is None:
+        return None
+    scores, index, finite = found
+    if not finite:
+        for name, tensor in (("X_ref", ref), ("X_query", query)):
+            if tensor.numel() and not all_finite(tensor):
+                raise non_finite_error(tensor, name)
+    return scores.to(result_device), index.to(result_device)
 
 
 def _extra_search(X_ref, X_query, k, metric, metric_params, dev, backend, working_memory, return_distance, precision):

@@ -6,7 +6,7 @@ import torch
 
 from gpumine.core.distance import get_metric
 from gpumine.neighbors import kneighbors
-from gpumine.neighbors.engine import _dense
+from gpumine.neighbors.engine import _dense, _exact_select
 from gpumine.neighbors.engine import _search as _engine
 
 from knn_oracle import assert_knn_matches
@@ -150,9 +150,12 @@ def test_dense_is_routed_for_small_float32_gpu_searches_only():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", DATA + ["tiny_and_huge"])
-def test_dense_on_the_gpu_equals_the_host(name):
+def test_dense_on_the_gpu_equals_the_host(name, monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
+    # shapes the exact-selection kernel would take first (see engine._exact_select) run dense here
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_FIRST_PAIRS", 0)
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_MANY_PAIRS", 0)
     X = _data(name, np.random.default_rng(5))
     for k in (1, 20):
         stats = {}

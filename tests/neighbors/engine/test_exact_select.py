@@ -6,7 +6,7 @@ import torch
 
 from gpumine.core.distance import get_metric
 from gpumine.neighbors.engine import _exact_select
-from gpumine.neighbors.engine._exact_select import exact_select_applies, exact_select_preferred
+from gpumine.neighbors.engine._exact_select import exact_select_applies, exact_select_first, exact_select_preferred
 from gpumine.neighbors.engine._search import knn_search
 
 
@@ -21,8 +21,18 @@ def test_applies_only_to_exact_l2_searches_on_a_gpu():
 
 def test_preferred_for_large_searches_at_few_features():
     assert exact_select_preferred(1 << 15, 1 << 15, 8)
-    assert not exact_select_preferred(1 << 13, 1 << 13, 8)  # small: the dense path's graphs
-    assert not exact_select_preferred(1 << 15, 1 << 15, 27)  # more features: dense
+    assert exact_select_preferred(1 << 15, 1 << 15, 27)
+    assert not exact_select_preferred(1 << 13, 1 << 13, 8)  # small: taken first, or dense
+    assert not exact_select_preferred(1 << 15, 1 << 15, 33)  # more features: dense
+
+
+def test_taken_first_by_shape():
+    assert exact_select_first(80, 80, 19)  # every small search at up to 32 features
+    assert exact_select_first(1 << 13, 1 << 13, 32)
+    assert not exact_select_first(1 << 13, 1 << 13, 33)  # more features: the matrix-product paths
+    assert exact_select_first(49_534, 49_534, 27)  # mid-size with many queries
+    assert not exact_select_first(100, 1 << 21, 8)  # few queries over many references: probed first
+    assert not exact_select_first(1 << 18, 1 << 18, 8)  # large: fused or dense by a probe
 
 
 def _tie_heavy(n, rng):

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpumine.neighbors.engine._exact_select_kernel import (EXACT_SELECT_MAX_K, exact_select, exact_select_torch)
+from gpumine.neighbors.engine._exact_select_kernel import (EXACT_SELECT_MAX_K, exact_select, exact_select_checked, exact_select_torch,
+                                                          placed_supported)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ON_GPU = DEVICE == "cuda"
@@ -150,3 +151,53 @@ def test_engine_search_in_query_blocks_equals_the_oracle(curve, self_search, mon
     want_scores, want_index = _oracle(X, Y, 5, "sqeuclidean", self_search)
     np.testing.assert_array_equal(index.cpu().numpy(), want_index)
     np.testing.assert_array_equal(keys.cpu().numpy(), want_scores)
+
+
+def _reported(scores64, metric):
+    """What the engine reports for float32 data: the float64 score rounded, its IEEE square root for euclidean."""
+    scores = scores64.astype(np.float32)
+    return np.sqrt(scores) if metric == "euclidean" else scores
+
+
+@pytest.mark.parametrize("metric, kind, k", [("euclidean", "ties", 7), ("sqeuclidean", "float", 1), ("euclidean", "float", 16),
+                                             ("euclidean", "wide", 5)])
+@pytest.mark.parametrize("self_search", [True, False])
+def test_checked_search_equals_the_oracle_and_reads_the_extremes(metric, kind, k, self_search):
+    rng = np.random.default_rng(3)
+    n, d = 29 * SCALE + 3, {"ties": 3, "float": 5, "wide": 35}[kind]
+    if kind == "ties":  # integer grid with duplicate rows: many exact ties
+        Y = rng.integers(-2, 2, size=(n, d)).astype(np.float32)
+    else:
+        Y = (rng.standard_normal((n, d)) * 1e3).astype(np.float32)
+    X = Y if self_search else (Y[: 11 * SCALE] + np.float32(0.25))
+    RT = torch.tensor(Y.T.copy(), device=DEVICE)
+    QT = RT if self_search else torch.tensor(X.T.copy(), device=DEVICE)
+    scores, index, extremes = exact_select_checked(QT, RT, k, metric, exclude_self=self_search, as_distance=True)
+    want_scores, want_index = _oracle(X, Y, k, metric, exclude_self=self_search)
+    np.testing.assert_array_equal(index.cpu().numpy(), want_index)
+    np.testing.assert_array_equal(scores.cpu().numpy(), _reported(want_scores, metric))
+    values = np.abs(np.concatenate([Y.ravel(), X.ravel()]))
+    found = extremes.cpu().numpy()
+    assert found[:, 0].sum() == 0
+    assert found[:, 1].max() == values.max()
+    assert found[:, 2].min() == values[values > 0].min()
+
+
+def test_checked_search_counts_every_non_finite_value():
+    X = np.ones((21, 4), dtype=np.float32)
+    X[3, 1], X[20, 3], X[7, 0] = np.nan, np.inf, -np.inf
+    RT = torch.tensor(X.T.copy(), device=DEVICE)
+    Q = np.zeros((5, 4), dtype=np.float32)
+    Q[4, 2] = np.nan
+    _, _, extremes = exact_select_checked(torch.tensor(Q.T.copy(), device=DEVICE), RT, 3, "sqeuclidean")
+    assert extremes[:, 0].sum().item() == 4
+    assert extremes[:, 1].max().item() == 1.0  # the largest finite magnitude
+
+
+def test_checked_search_argument_errors():
+    RT = torch.zeros((3, 10), device=DEVICE)
+    with pytest.raises(ValueError, match="float32"):
+        exact_select_checked(RT.double(), RT.double(), 2, "euclidean")
+    with pytest.raises(ValueError, match="at least k"):
+        exact_select_checked(RT, RT, 11, "euclidean")
+    assert placed_supported(64) and not placed_supported(EXACT_SELECT_MAX_K)

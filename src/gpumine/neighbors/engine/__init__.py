@@ -20,8 +20,10 @@ torch twins):
   ``_host_threads`` (thread pool and blocks).
 * ``_dense``: L2 searches on a GPU from one product per block of queries, a
   float64 re-score of the candidates and a radius pass for rows with ties.
-* ``_exact_select`` / ``_exact_select_kernel``: large L2 searches at few
-  features on a GPU, float64 scores selected in one launch (no certificate).
+* ``_exact_select`` / ``_exact_select_kernel``: L2 searches at few features
+  on a GPU, float64 scores selected in one launch (no certificate): small
+  searches (checked and run in one launch, :func:`search_small`), mid-size ones
+  and large tie-heavy ones.
 * ``_float64_order``: the order by float64 exact scores for float32 data.
 * ``_duplicates``: exact duplicate rows collapsed before a search.
 * ``_magnitude``: data near the ends of the float range scaled or widened.
@@ -35,6 +37,7 @@ torch twins):
   the GPU or gathered by the search from the tiles it streams.
 """
 
+from ._exact_select import search_small
 from ._exact_tile_kernel import exact_tile_available, scores_within, scores_within_torch
 from ._fused_tuning import tuning
 from ._graphs import clear_search_graphs, search_with_graph
@@ -45,4 +48,5 @@ from ._search import knn_search
 
 __all__ = ["knn_search", "SearchPlan", "plan_search", "choose_backend", "fused_unsupported", "search_with_graph",
            "clear_search_graphs", "finite_magnitudes", "smallest_nonzero_magnitude", "tuning", "scores_within", "scores_within_torch",
-           "exact_tile_available", "summarise_on_device", "gather_facts", "facts_of", "assumptions_held"]
+           "exact_tile_available", "summarise_on_device", "gather_facts", "facts_of", "assumptions_held",
+           "search_small"]

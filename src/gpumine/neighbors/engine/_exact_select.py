@@ -13,31 +13,44 @@ from __future__ import annotations
 import torch
 
 from ...core.distance import Metric
-from ...core.tiles import same_device
+from ...core.tiles import copy_to_device, fits_on_device, same_device
 from ._curve import _CurveOrder
-from ._exact_select_kernel import (EXACT_SELECT_MAX_FEATURES, EXACT_SELECT_MAX_K, exact_select, exact_select_available)
+from ._exact_select_kernel import (EXACT_SELECT_MAX_FEATURES, EXACT_SELECT_MAX_K, exact_select,
+                                   exact_select_available, exact_select_checked, placed_supported)
+from ._magnitude import arithmetic
 
-__all__ = ["exact_select_supports", "exact_select_applies", "exact_select_preferred", "exact_select_search", "EXACT_SELECT", "EXACT_SELECT_CURVE", "EXACT_SELECT_MIN_PAIRS", "EXACT_SELECT_CURVE_MIN_PAIRS",
-           "EXACT_SELECT_PREFERRED_FEATURES"]
+__all__ = ["exact_select_supports", "exact_select_applies", "exact_select_preferred", "exact_select_first", "exact_select_search", "search_small", "EXACT_SELECT", "EXACT_SELECT_CURVE", "EXACT_SELECT_MIN_PAIRS", "EXACT_SELECT_CURVE_MIN_PAIRS",
+           "EXACT_SELECT_PREFERRED_FEATURES", "EXACT_SELECT_FIRST_PAIRS", "EXACT_SELECT_FIRST_FEATURES",
+           "EXACT_SELECT_MANY_PAIRS", "EXACT_SELECT_MANY_MIN_QUERIES"]
 
 # False turns the path off, and EXACT_SELECT_CURVE its curve order (same-run A/B timings)
 EXACT_SELECT = True
 EXACT_SELECT_CURVE = True
 # metrics searched here: those whose dense path it replaces (the float64-ordered L2 scores)
 _METRICS = ("euclidean", "sqeuclidean")
-# Of the searches that run dense (tie-heavy ones the fused kernel cannot certify, distinct rows
-# of duplicated data, and those too small to probe), those of more than EXACT_SELECT_MIN_PAIRS
-# pairs (below, the dense path replays captured graphs) and at most
-# EXACT_SELECT_PREFERRED_FEATURES features run here. On the ADBench all-kNN sweep (k = 20) the
-# dense path ran at about the same rate per pair whatever d up to 62, the kernel at a rate per
-# pair and feature (its insertions, not its arithmetic, set the pace): ahead at 3 to 10 features
-# (mammography, magic.gamma, shuttle, smtp, skin, http, donors' distinct rows), behind at 27, 39
-# and 62 (ALOI, celeba, campaign). From EXACT_SELECT_CURVE_MIN_PAIRS pairs the rows go in curve
-# order (about a third less time on shuttle, smtp, skin, http; at mammography's 1.25e8 pairs the
-# order's own cost was more than it saved). BENCHMARKS.md, "Design measurements quoted in the code".
+# Searches go straight here (before any dense-or-fused choice; see exact_select_first) at up to
+# EXACT_SELECT_FIRST_FEATURES features when they have at most EXACT_SELECT_FIRST_PAIRS pairs, and at
+# up to EXACT_SELECT_PREFERRED_FEATURES features up to EXACT_SELECT_MANY_PAIRS pairs when they have
+# at least EXACT_SELECT_MANY_MIN_QUERIES queries (enough programs to fill the GPU without splitting
+# the references). Of the larger searches that run dense (tie-heavy ones the fused kernel cannot
+# certify, distinct rows of duplicated data), those at up to EXACT_SELECT_PREFERRED_FEATURES
+# features run here too. The kernel's pace is set by its insertions and its float64 terms; the
+# matrix-product paths win at many features. From EXACT_SELECT_CURVE_MIN_PAIRS pairs the rows go
+# in curve order (about a third less time on shuttle, smtp, skin, http; at mammography's 1.25e8
+# pairs the order's own cost was more than it saved). BENCHMARKS.md, "Design measurements quoted
+# in the code".
 EXACT_SELECT_MIN_PAIRS = 1 << 26
 EXACT_SELECT_CURVE_MIN_PAIRS = 1 << 28
-EXACT_SELECT_PREFERRED_FEATURES = 16
+EXACT_SELECT_PREFERRED_FEATURES = 32
+EXACT_SELECT_FIRST_PAIRS = 1 << 26
+EXACT_SELECT_FIRST_FEATURES = 32
+EXACT_SELECT_MANY_PAIRS = 1 << 32
+EXACT_SELECT_MANY_MIN_QUERIES = 4096
+# search_small keeps each query's references in one program (its lists are written in order): it
+# takes searches of at least SMALL_MIN_QUERIES queries, or of at most SMALL_MAX_UNSPLIT_REFERENCES
+# references; fewer queries over more references leave most of the GPU idle unsplit
+SMALL_MIN_QUERIES = 256
+SMALL_MAX_UNSPLIT_REFERENCES = 8192
 
 
 def exact_select_supports(metric: Metric, dtype: torch.dtype, d: int, k: int, device: torch.device, backend: str,
@@ -58,6 +71,14 @@ def exact_select_applies(ref: torch.Tensor, query: torch.Tensor, k: int, metric:
 def exact_select_preferred(n_query: int, n_ref: int, d: int) -> bool:
     """Whether a search that would run dense runs here instead (see ``EXACT_SELECT_MIN_PAIRS``)."""
     return n_query * n_ref > EXACT_SELECT_MIN_PAIRS and d <= EXACT_SELECT_PREFERRED_FEATURES
+
+
+def exact_select_first(n_query: int, n_ref: int, d: int) -> bool:
+    """Whether a search of this shape runs here before any other choice (see ``EXACT_SELECT_FIRST_PAIRS``)."""
+    pairs = n_query * n_ref
+    return ((pairs <= EXACT_SELECT_FIRST_PAIRS and d <= EXACT_SELECT_FIRST_FEATURES)
+            or (pairs <= EXACT_SELECT_MANY_PAIRS and d <= EXACT_SELECT_PREFERRED_FEATURES
+                and n_query >= EXACT_SELECT_MANY_MIN_QUERIES))
 
 
 def exact_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool,
@@ -92,6 +113,11 @@ def exact_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: 
     # the kernel's lists (float64 + int32 per slot, one list per reference split) and the sort's copies
     per_row = 64 * max(2, 1 << (k - 1).bit_length()) * 8
     rows = max(1, min(n_query, budget_bytes // per_row))
+    if order is None and rows >= n_query:  # one block: the kernel's lists are the result
+        keys, index = exact_select(QT, RT, k, metric.name, exclude_self=exclude_self)
+        if stats is not None:
+            stats.update(selection="exact_select", query_rows=rows, scores_exact=True, tile_dtype="float64")
+        return keys, index
     for q0 in range(0, n_query, rows):
         q1 = min(n_query, q0 + rows)
         if order is None:
@@ -106,3 +132,43 @@ def exact_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: 
     if stats is not None:
         stats.update(selection="exact_select", query_rows=rows, scores_exact=True, tile_dtype="float64")
     return keys_out, index_out
+
+
+def search_small(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool, device: torch.device,
+                 backend: str, precision: str):
+    """A small search checked and run in one launch: ``(distances, indices, finite)`` on ``device``, or None.
+
+    For ``kneighbors`` on a GPU, where a small search's time is its launches
+    and host waits: the kernel (:func:`exact_select_checked`) also reads the
+    data's extremes, so the validation's own pass and host wait go away; its one
+    host wait reads them. ``finite`` False: the data holds NaN or infinity (the
+    caller raises; the results mean nothing). None where the search is not small
+    (see :func:`exact_select_first`; every query block in one program, the
+    references unsplit), or where the data's magnitudes ask for the engine's
+    range scaling (``._magnitude``), which forms reported distances differently.
+    ``ref``/``query``: float32, on ``device`` or in host memory; ``query is ref``
+    when ``exclude_self``. Distances as the engine reports them, bit for bit.
+    """
+    n_query, n_ref = query.shape[0], ref.shape[0]
+    d = ref.shape[1]
+    if not (ref.dtype == query.dtype == torch.float32 and n_query and n_ref > k - 1 + exclude_self
+            and n_query * n_ref <= EXACT_SELECT_FIRST_PAIRS and exact_select_first(n_query, n_ref, d)
+            and exact_select_supports(metric, torch.float32, d, k, device, backend, precision) and placed_supported(k, d)):
+        return None
+    if n_query < SMALL_MIN_QUERIES and n_ref > SMALL_MAX_UNSPLIT_REFERENCES:
+        return None  # few queries, many references: the references split over programs (exact_select_search)
+    for X in (ref, query):
+        if not same_device(X.device, device) and not fits_on_device(2 * X.numel() * X.element_size(), device):
+            return None
+    RT = ref.T.contiguous() if same_device(ref.device, device) else copy_to_device(ref.T.contiguous(), device)
+    if query is ref:
+        QT = RT
+    else:
+        QT = query.T.contiguous() if same_device(query.device, device) else copy_to_device(query.T.contiguous(), device)
+    scores, index, extremes = exact_select_checked(QT, RT, k, metric.name, exclude_self=exclude_self, as_distance=True)
+    found = extremes.cpu().numpy()  # the one host wait
+    if found[:, 0].any():
+        return scores, index, False
+    if arithmetic(torch.float32, float(found[:, 1].max()), float(found[:, 2].min())) != (torch.float32, None):
+        return None
+    return scores, index, True

@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - exercised on machines without triton
 from ...core.distance import EXACT_SUM_CHUNK
 from ...core.select import PAD_INDEX, pad_topk, topk_by_score_then_index
 
-__all__ = ["exact_select", "exact_select_torch", "exact_select_available", "EXACT_SELECT_METRICS", "EXACT_SELECT_MAX_K",
+__all__ = ["exact_select", "exact_select_checked", "placed_supported", "exact_select_torch", "exact_select_available", "EXACT_SELECT_METRICS", "EXACT_SELECT_MAX_K",
            "EXACT_SELECT_MAX_FEATURES"]
 
 EXACT_SELECT_METRICS = ("euclidean", "sqeuclidean", "manhattan")
@@ -55,6 +55,10 @@ EXACT_SELECT_MAX_K = 128
 EXACT_SELECT_MAX_FEATURES = 128
 # offsets of operands with this many elements or more are computed in 64 bits
 _WIDE_FROM = 2**31
+_PLACED_MAX_COMPARISONS = 1 << 13
+# above this many features default_blocks gives more queries per program (WIDE_BLOCKS)
+SMALL_BLOCK_MAX_FEATURES = 32
+WIDE_BLOCKS = (2, 64, 1)
 
 
 def exact_select_available() -> bool:
@@ -63,6 +67,35 @@ def exact_select_available() -> bool:
 
 
 if triton is not None:
+
+    @triton.jit
+    def _lower(s1, i1, s2, i2):
+        """The lesser of two (score, id) pairs: by score, then id (a reduction's combine)."""
+        first = (s1 < s2) | ((s1 == s2) & (i1 < i2))
+        return tl.where(first, s1, s2), tl.where(first, i1, i2)
+
+    @triton.jit
+    def _higher(s1, i1, s2, i2):
+        """The greater of two (score, id) pairs."""
+        first = (s1 > s2) | ((s1 == s2) & (i1 > i2))
+        return tl.where(first, s1, s2), tl.where(first, i1, i2)
+
+    @triton.jit
+    def _extremes(XT, start, step, n, stride_feat, D: tl.constexpr, BLOCK: tl.constexpr):
+        """(non-finite values, largest finite magnitude, smallest nonzero magnitude) of rows start, start + step, ..."""
+        bad = tl.zeros((BLOCK,), tl.float32)
+        high = tl.zeros((BLOCK,), tl.float32)
+        tiny = tl.full((BLOCK,), float("inf"), tl.float32)
+        for r0 in range(start, n, step):
+            rows = r0 + tl.arange(0, BLOCK)
+            ok = rows < n
+            for f in tl.static_range(D):
+                x = tl.abs(tl.load(XT + f * stride_feat + rows, mask=ok, other=0.0).to(tl.float32))
+                finite = x < float("inf")  # NaN compares false too
+                bad += tl.where(finite, 0.0, 1.0)
+                high = tl.maximum(high, tl.where(finite, x, 0.0))
+                tiny = tl.minimum(tiny, tl.where(finite & (x > 0.0), x, float("inf")))
+        return tl.sum(bad, 0), tl.max(high, 0), tl.min(tiny, 0)
 
     @triton.jit
     def _exact64_block(QT, RT, rows, cols, row_ok, col_ok, stride_q_feat, stride_r_feat,
@@ -86,13 +119,27 @@ if triton is not None:
 
     @triton.jit(do_not_specialize=["n_query", "n_ref", "refs_per_split", "self_offset", "K"])
     def _exact_select_kernel(
-        QT, RT, REF_ID, QUERY_ID, FIRST_TILE, OUT_SCORE, OUT_INDEX,
+        QT, RT, REF_ID, QUERY_ID, FIRST_TILE, OUT_SCORE, OUT_INDEX, EXTREMES,
         n_query, n_ref, refs_per_split, self_offset, K,
         stride_q_feat, stride_r_feat, stride_out,
         D: tl.constexpr, CHUNK: tl.constexpr, MANHATTAN: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
         REORDERED: tl.constexpr, C: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr,
+        PLACED: tl.constexpr, CHECK: tl.constexpr, OUT32: tl.constexpr, AS_DISTANCE: tl.constexpr,
     ):
         pid_m = tl.program_id(0)
+        if CHECK > 0:
+            # this program's share of the inputs' extremes (CHECK 1: the references, 2: the queries too),
+            # each program a stride of rows, so together they read every value once
+            n_prog = tl.num_programs(0)
+            bad, high, tiny = _extremes(RT, pid_m * BLOCK_N, n_prog * BLOCK_N, n_ref, stride_r_feat, D, BLOCK_N)
+            if CHECK == 2:
+                bad_q, high_q, tiny_q = _extremes(QT, pid_m * BLOCK_N, n_prog * BLOCK_N, n_query, stride_q_feat, D, BLOCK_N)
+                bad += bad_q
+                high = tl.maximum(high, high_q)
+                tiny = tl.minimum(tiny, tiny_q)
+            tl.store(EXTREMES + pid_m * 3, bad)
+            tl.store(EXTREMES + pid_m * 3 + 1, high)
+            tl.store(EXTREMES + pid_m * 3 + 2, tiny)
         split = tl.program_id(1)
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         first = split * refs_per_split
@@ -108,8 +155,7 @@ if triton is not None:
         # never the worst; unfilled slots hold +inf with distinct negative ids.
         best = tl.where(slots[None, :] < K, float("inf"), float("-inf")) + tl.zeros((BLOCK_M, C), tl.float64)
         best_id = tl.zeros((BLOCK_M, C), tl.int32) - 1 - slots[None, :]
-        worst = tl.max(best, 1)
-        worst_id = tl.max(tl.where(best == worst[:, None], best_id, -NONE), 1)
+        worst, worst_id = tl.reduce((best, best_id), 1, _higher)
         last = tl.minimum(first + refs_per_split, n_ref)
         n_tiles = tl.cdiv(last - first, BLOCK_N)
         if REORDERED:
@@ -141,23 +187,43 @@ if triton is not None:
                 # lanes that cannot enter (after the worst by (score, id); +inf never does) drop out
                 later = (acc > worst[:, None]) | ((acc == worst[:, None]) & (ids[None, :] > worst_id[:, None]))
                 acc = tl.where(later, float("inf"), acc)
-                low = tl.min(acc, 1)
+                # ids are distinct among a row's slots (unfilled ones hold distinct negative ids),
+                # so the worst entry is found by its id alone
+                id_grid = ids[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
+                low, low_id = tl.reduce((acc, id_grid), 1, _lower)
                 while tl.max((low < float("inf")).to(tl.int32), 0) > 0:
                     # the row's best remaining lane by (score, id) replaces its worst entry
-                    low_id = tl.min(tl.where(acc == low[:, None], ids[None, :], NONE), 1)
-                    enters = low < float("inf")
-                    put = (best == worst[:, None]) & (best_id == worst_id[:, None]) & enters[:, None]
+                    put = (best_id == worst_id[:, None]) & (low < float("inf"))[:, None]
                     best = tl.where(put, low[:, None], best)
                     best_id = tl.where(put, low_id[:, None], best_id)
-                    worst = tl.max(best, 1)
-                    worst_id = tl.max(tl.where(best == worst[:, None], best_id, -NONE), 1)
+                    worst, worst_id = tl.reduce((best, best_id), 1, _higher)
                     taken = ids[None, :] == low_id[:, None]
                     later = (acc > worst[:, None]) | ((acc == worst[:, None]) & (ids[None, :] > worst_id[:, None]))
                     acc = tl.where(taken | later, float("inf"), acc)
-                    low = tl.min(acc, 1)
-        out = rows[:, None] * stride_out + split * C + slots[None, :]
-        tl.store(OUT_SCORE + out, best, mask=row_ok[:, None])
-        tl.store(OUT_INDEX + out, best_id, mask=row_ok[:, None])
+                    low, low_id = tl.reduce((acc, id_grid), 1, _lower)
+        if PLACED:
+            # one list per row: each entry goes straight to its place, (score, id) ascending,
+            # unfilled entries as padding (+inf, -1)
+            kept = slots < K
+            before = (best[:, None, :] < best[:, :, None]) | (
+                (best[:, None, :] == best[:, :, None]) & (best_id[:, None, :] < best_id[:, :, None]))
+            place = tl.sum((before & kept[None, None, :]).to(tl.int32), 2)
+            unfilled = best_id < 0
+            out = rows[:, None] * stride_out + place
+            keep = row_ok[:, None] & kept[None, :]
+            value = tl.where(unfilled, float("inf"), best)
+            if OUT32:
+                # the score rounded to float32 (as the engine reports float32 data), its distance
+                # the IEEE square root of that (as torch.sqrt on the GPU)
+                value = value.to(tl.float32)
+                if AS_DISTANCE:
+                    value = tl.sqrt_rn(value)
+            tl.store(OUT_SCORE + out, value, mask=keep)
+            tl.store(OUT_INDEX + out, tl.where(unfilled, -1, best_id).to(tl.int64), mask=keep)
+        else:
+            out = rows[:, None] * stride_out + split * C + slots[None, :]
+            tl.store(OUT_SCORE + out, best, mask=row_ok[:, None])
+            tl.store(OUT_INDEX + out, best_id.to(tl.int64), mask=row_ok[:, None])
 
 
 def _check(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str):
@@ -190,24 +256,46 @@ def exact_select_torch(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: 
     return pad_topk(*topk_by_score_then_index(scores, index, k), k)
 
 
-def default_splits(n_query: int, n_ref: int, block_m: int, block_n: int, device: torch.device) -> int:
+_MULTIPROCESSORS: dict = {}
+
+
+def _multiprocessors(device: torch.device) -> int:
+    """The device's multiprocessor count, asked once (a driver query per search showed in small searches' profiles)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    count = _MULTIPROCESSORS.get(index)
+    if count is None:
+        count = _MULTIPROCESSORS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return count
+
+
+def default_splits(n_query: int, n_ref: int, block_m: int, block_n: int, device: torch.device, num_warps: int = 4) -> int:
     """Reference splits per query block: enough programs to fill the GPU, each split at least a few tiles."""
     if device.type != "cuda":
         return 1
     programs = -(-n_query // block_m)
-    target = 4 * torch.cuda.get_device_properties(device).multi_processor_count
+    # about sixteen warps per multiprocessor, however many a program has
+    target = _multiprocessors(device) * max(1, 16 // num_warps)
     if programs >= target:
         return 1
     return max(1, min(-(-target // programs), n_ref // (8 * block_n)))
 
 
-def default_blocks(C: int) -> tuple[int, int, int]:
-    """(block_m, block_n, num_warps): float64 lists of C entries per query share the registers with the tile."""
+def default_blocks(C: int, d: int = 1) -> tuple[int, int, int]:
+    """(block_m, block_n, num_warps): one warp per program, one to four queries each.
+
+    A program's queries walk the references in lockstep, and a block's insertion
+    step runs until its last row is done: with one or two queries per program no
+    row waits on another's insertions, and the selection's reductions stay within
+    one warp (no shared-memory barrier). At many features the reference tile's
+    loads, shared by the block's queries, set the pace instead: more queries per
+    program. Measured fastest of nine shapes on the ADBench all-kNN sets
+    (BENCHMARKS.md, "Design measurements quoted in the code").
+    """
+    if d > SMALL_BLOCK_MAX_FEATURES:
+        return WIDE_BLOCKS
     if C <= 32:
-        return 32, 32, 4
-    if C <= 64:
-        return 16, 32, 4
-    return 16, 32, 8
+        return 1, 64, 1
+    return 2, 128, 1
 
 
 def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *, exclude_self: bool = False,
@@ -253,14 +341,17 @@ def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *
     QT = QT if QT.stride(1) == 1 else QT.contiguous()
     RT = RT if RT.stride(1) == 1 else RT.contiguous()
     C = max(2, 1 << (min(k, n_ref) - 1).bit_length())
-    bm, bn, warps = default_blocks(C)
+    bm, bn, warps = default_blocks(C, d)
     bm, bn, warps = block_m or bm, block_n or bn, num_warps or warps
     if splits is None:
-        splits = default_splits(n_query, n_ref, bm, bn, QT.device)
+        splits = default_splits(n_query, n_ref, bm, bn, QT.device, warps)
     refs_per_split = -(-(-(-n_ref // splits)) // bn) * bn
     splits = -(-n_ref // refs_per_split)
+    # one list per row: the kernel writes it in order (no sort after it) where the placement's
+    # (block_m x C x C) comparisons stay small
+    placed = splits == 1 and bm * C * C <= _PLACED_MAX_COMPARISONS
     scores = torch.empty((n_query, splits * C), dtype=torch.float64, device=QT.device)
-    index = torch.empty((n_query, splits * C), dtype=torch.int32, device=QT.device)
+    index = torch.empty((n_query, splits * C), dtype=torch.int64, device=QT.device)
     wide = max(QT.stride(0) * d, RT.stride(0) * d, n_query * splits * C) >= _WIDE_FROM
     if reordered:
         if ref_ids.shape != (n_ref,) or query_ids.shape != (n_query,) or anchors.shape != (n_query,):
@@ -273,13 +364,70 @@ def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *
         ref_ids = query_ids = first_tiles = index  # unused
     grid = (triton.cdiv(n_query, bm), splits)
     _exact_select_kernel[grid](
-        QT, RT, ref_ids, query_ids, first_tiles, scores, index, n_query, n_ref, refs_per_split, self_offset, min(k, C),
+        QT, RT, ref_ids, query_ids, first_tiles, scores, index, scores, n_query, n_ref, refs_per_split, self_offset, min(k, C),
         QT.stride(0), RT.stride(0), scores.stride(0),
         D=d, CHUNK=EXACT_SUM_CHUNK, MANHATTAN=metric_name == "manhattan", EXCLUDE_SELF=exclude_self, REORDERED=reordered,
-        C=C, BLOCK_M=bm, BLOCK_N=bn, WIDE=wide, num_warps=warps, enable_fp_fusion=False,
+        C=C, BLOCK_M=bm, BLOCK_N=bn, WIDE=wide, PLACED=placed, CHECK=0, OUT32=False, AS_DISTANCE=False, num_warps=warps,
+        enable_fp_fusion=False,
     )
-    index = index.to(torch.int64)
+    if placed:
+        kept = min(k, C)
+        return pad_topk(scores[:, :kept], index[:, :kept], k)
     unused = index < 0  # placeholders: +inf of a list not yet full, -inf of the slots past k
     index = torch.where(unused, PAD_INDEX, index)
     scores = torch.where(unused, float("inf"), scores)
     return pad_topk(*topk_by_score_then_index(scores, index, k), k)
+
+
+def placed_supported(k: int, d: int = 1) -> bool:
+    """Whether :func:`exact_select_checked` takes this ``k`` at ``d`` features (lists written in order)."""
+    C = max(2, 1 << (k - 1).bit_length())
+    return 1 <= k <= EXACT_SELECT_MAX_K and default_blocks(C, d)[0] * C * C <= _PLACED_MAX_COMPARISONS
+
+
+def exact_select_checked(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *, exclude_self: bool = False,
+                         as_distance: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`exact_select` for float32 data that also reads the data's extremes, as reported results, in one launch.
+
+    For small searches, where launches and host waits set the time: one program
+    per query block, the references never split, each list written in order.
+    ``QT is RT`` for a self-search (``exclude_self``).
+
+    Returns
+    -------
+    scores : (n_query, k) float32
+        The float64 scores rounded to float32, or with ``as_distance`` (euclidean)
+        their IEEE square roots: what the engine reports for float32 data.
+    index : (n_query, k) int64, ``-1`` padding
+    extremes : (programs, 3) float32
+        Per program: non-finite values seen, the largest finite magnitude and the
+        smallest nonzero one; the rows together cover every value of both inputs.
+    """
+    if triton is None:
+        raise ValueError("exact selection on the GPU needs the 'triton' package; use exact_select_torch")
+    _check(QT, RT, k, metric_name)
+    if QT.dtype != torch.float32:
+        raise ValueError(f"exact_select_checked takes float32 data; got {QT.dtype}")
+    d, n_query = QT.shape
+    n_ref = RT.shape[1]
+    if n_query == 0 or n_ref == 0 or k > n_ref:
+        raise ValueError(f"exact_select_checked needs queries and at least k = {k} references; got {n_query} and {n_ref}")
+    QT = QT if QT.stride(1) == 1 else QT.contiguous()
+    RT = RT if RT.stride(1) == 1 else RT.contiguous()
+    C = max(2, 1 << (k - 1).bit_length())
+    bm, bn, warps = default_blocks(C, d)
+    if bm * C * C > _PLACED_MAX_COMPARISONS:
+        raise ValueError(f"k = {k} is too large for lists written in order; use exact_select")
+    programs = triton.cdiv(n_query, bm)
+    scores = torch.empty((n_query, k), dtype=torch.float32, device=QT.device)
+    index = torch.empty((n_query, k), dtype=torch.int64, device=QT.device)
+    extremes = torch.empty((programs, 3), dtype=torch.float32, device=QT.device)
+    wide = max(QT.stride(0) * d, RT.stride(0) * d, n_query * k) >= _WIDE_FROM
+    _exact_select_kernel[(programs, 1)](
+        QT, RT, index, index, index, scores, index, extremes, n_query, n_ref, n_ref, 0, k,
+        QT.stride(0), RT.stride(0), scores.stride(0),
+        D=d, CHUNK=EXACT_SUM_CHUNK, MANHATTAN=metric_name == "manhattan", EXCLUDE_SELF=exclude_self, REORDERED=False,
+        C=C, BLOCK_M=bm, BLOCK_N=bn, WIDE=wide, PLACED=True, CHECK=1 if QT is RT else 2, OUT32=True,
+        AS_DISTANCE=as_distance and metric_name == "euclidean", num_warps=warps, enable_fp_fusion=False,
+    )
+    return scores, index, extremes

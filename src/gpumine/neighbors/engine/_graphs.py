@@ -42,6 +42,7 @@ from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range
 from . import _dense
 from ._dense import (DenseReferences, candidates_for, dense_by_size, dense_eligible, integer_centre, integer_centre_on_device,
                      tile_dtype_for)
+from ._exact_select import exact_select_first, exact_select_supports
 from ._magnitude import smallest_nonzero_magnitude
 
 __all__ = ["search_with_graph", "clear_search_graphs", "GRAPH_SEARCHES"]
@@ -379,6 +380,9 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
 
     if knn_tuning.tuning_results() is not None:  # tuning times launches one by one
         return None
+    if exact_select_supports(metric, torch.float32, ref.shape[1], k, device, backend, precision) and exact_select_first(
+            n_query, n_ref, ref.shape[1]):
+        return None  # one launch already, whatever the data (see ._exact_select)
     to_host = result_device.type == "cpu"
     if dense_eligible(metric, torch.float32, device, backend, precision):
         if dense_by_size(n_query, n_ref, ref.shape[1]):

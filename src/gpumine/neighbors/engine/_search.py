@@ -42,7 +42,8 @@ from ...core.select import PAD_INDEX
 from ...core.tiles import TilePlan, copy_to_device, copy_to_host, iter_row_chunks, plan_tiles, same_device, tile_bytes
 from ._curve import _curve_applies
 from ._dense import dense_by_size, dense_eligible, dense_search
-from ._exact_select import exact_select_applies, exact_select_preferred, exact_select_search
+from ._exact_select import (exact_select_applies, exact_select_first, exact_select_preferred, exact_select_search,
+                            exact_select_supports)
 from ._duplicates import DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
 from ._exact_tile_kernel import exact_tile_scores, scores_within
 from ._float64_order import FLOAT64_ORDER_METRICS, Float64Tiles, certified_rows, needs_float64_order, rescore
@@ -186,6 +187,18 @@ def knn_search(
         return out_scores, out_index
     # every path honours the same working-memory floor (the tile plan raises a clear error below it)
     plan_tiles(n_query, ref.shape[0], ref.shape[1], candidate_count(k, ref.shape[0]), ref.element_size(), budget_bytes)
+    if _exact_select_first(ref, query, k, metric, device, backend, precision, float64_order):
+        # one launch, final float64 scores whatever the ties: no float64-order check, duplicate
+        # search, probe or certificate first (see ._exact_select)
+        same = query is ref
+        if not same_device(ref.device, device):
+            host, ref = ref, copy_to_device(ref, device)
+            observe_copy(host, ref)  # the facts a search of streamed references gathers (see _host_summary)
+        query = ref if same else (query if same_device(query.device, device) else copy_to_device(query, device))
+        keys, index = exact_select_search(ref, query, k, metric, exclude_self=exclude_self, budget_bytes=budget_bytes,
+                                          stats=stats)
+        scores = finish_scores(keys.to(out_scores.dtype), metric, as_distance, scale)
+        return copy_to_host(out_scores, scores), copy_to_host(out_index, index)
     # host searches: KD-tree or BLAS (see _cpu_search); a self-search of part of the references
     # (query i is reference i of a prefix) stays on the engine
     # the metrics whose order is float64 on every path (cosine and inner product are float32-ordered)
@@ -249,6 +262,14 @@ def _engine_search(ref, query, k, metric, exclude_self, out_scores, out_index, *
             bar.update()
     if stats is not None:
         retries.report(stats)
+
+
+def _exact_select_first(ref, query, k, metric, device, backend, precision, float64_order) -> bool:
+    """Whether a search runs on the exact-selection kernel before any other choice (see :func:`exact_select_first`)."""
+    return ((float64_order or ref.dtype == torch.float64) and query.dtype == ref.dtype
+            and exact_select_supports(metric, ref.dtype, ref.shape[1], k, device, backend, precision)
+            and exact_select_first(query.shape[0], ref.shape[0], ref.shape[1])
+            and (same_device(ref.device, device) or _fits_resident(ref, device)))
 
 
 def _dense_eligible(ref, metric, float64_order, device, backend, precision) -> bool:

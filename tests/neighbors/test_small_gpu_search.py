@@ -1,0 +1,110 @@
+"""Small GPU searches checked and run in one launch (engine.search_small) through the public API.
+
+Each result must equal the CPU path's bit for bit (the engine's contract: the same
+results on every device) and a float64 brute force under the tie rule; bad input
+must still be refused with the parameter's name, and data at the ends of the float
+range must still take the engine's scaled path.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from gpumine.neighbors import kneighbors
+from gpumine.neighbors.engine import _exact_select
+from knn_oracle import brute_force_knn
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _needs_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Counts the checked one-launch searches."""
+    calls = []
+    original = _exact_select.exact_select_checked
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].shape)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_exact_select, "exact_select_checked", counted)
+    return calls
+
+
+def _data(kind, n, d, seed=0):
+    rng = np.random.default_rng(seed)
+    if kind == "integer grid":
+        return rng.integers(0, 4, size=(n, d)).astype(np.float32)
+    if kind == "duplicate blocks":  # blocks of equal rows larger than k
+        return np.repeat(rng.standard_normal((n // 25 + 1, d)).astype(np.float32), 25, axis=0)[:n]
+    if kind == "all equal":
+        return np.full((n, d), 3.5, dtype=np.float32)
+    if kind == "clusters far from the origin":
+        centres = rng.standard_normal((4, d)) * 10 + 1e4
+        return (centres[rng.integers(0, 4, n)] + rng.standard_normal((n, d)) * 1e-3).astype(np.float32)
+    return rng.standard_normal((n, d)).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["float", "integer grid", "duplicate blocks", "all equal", "clusters far from the origin"])
+@pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean"])
+def test_self_search_equals_the_cpu_path_and_the_oracle(kind, metric, launches):
+    X = _data(kind, 613, 7)
+    k = 20
+    d_gpu, i_gpu = kneighbors(torch.from_numpy(X).cuda(), k=k, metric=metric)
+    assert launches, "the search did not take the one-launch path"
+    d_cpu, i_cpu = kneighbors(X, k=k, metric=metric, device="cpu")
+    np.testing.assert_array_equal(i_gpu.cpu().numpy(), i_cpu)
+    np.testing.assert_array_equal(d_gpu.cpu().numpy(), d_cpu)
+    if kind in ("integer grid", "duplicate blocks", "all equal"):  # float64 distances exact: indices equal the oracle's
+        _, want_index, _ = brute_force_knn(X, X, k, metric, exclude_self=True)
+        np.testing.assert_array_equal(i_cpu, want_index)
+
+
+@pytest.mark.parametrize("k", [1, 5, 64])
+def test_queries_and_numpy_in_numpy_out(k, launches):
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((301, 33)).astype(np.float32)[:, :19]  # not C-contiguous
+    Q = rng.standard_normal((77, 19)).astype(np.float32)
+    d_gpu, i_gpu = kneighbors(X, Q, k=k, device="cuda")
+    assert launches and isinstance(d_gpu, np.ndarray) and d_gpu.dtype == np.float32
+    d_cpu, i_cpu = kneighbors(X, Q, k=k, device="cpu")
+    np.testing.assert_array_equal(i_gpu, i_cpu)
+    np.testing.assert_array_equal(d_gpu, d_cpu)
+
+
+@pytest.mark.parametrize("where", ["X_ref", "X_query"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_input_is_refused_by_name(where, bad):
+    X = np.ones((50, 4), dtype=np.float32)
+    Q = np.zeros((9, 4), dtype=np.float32)
+    (X if where == "X_ref" else Q)[5 if where == "X_ref" else 2, 1] = bad
+    with pytest.raises(ValueError, match=where):
+        kneighbors(torch.from_numpy(X).cuda(), torch.from_numpy(Q).cuda(), k=3)
+
+
+@pytest.mark.parametrize("scale", [1e30, 1e-30])
+def test_data_at_the_ends_of_the_range_takes_the_scaled_path(scale, launches):
+    X = (np.random.default_rng(2).standard_normal((120, 5)) * scale).astype(np.float32)
+    d_gpu, i_gpu = kneighbors(torch.from_numpy(X).cuda(), k=4)
+    assert launches  # tried first: its extremes sent the search on to the scaled path
+    d_cpu, i_cpu = kneighbors(X, k=4, device="cpu")
+    np.testing.assert_array_equal(i_gpu.cpu().numpy(), i_cpu)
+    np.testing.assert_array_equal(d_gpu.cpu().numpy(), d_cpu)
+    assert np.isfinite(d_cpu).all() and (d_cpu > 0).all()
+
+
+def test_float64_data_and_large_k_go_elsewhere(launches):
+    X = np.random.default_rng(3).standard_normal((200, 6))
+    d64, i64 = kneighbors(torch.from_numpy(X).cuda(), k=5)
+    assert d64.dtype == torch.float64 and not launches
+    d_cpu, i_cpu = kneighbors(X, k=5, device="cpu")
+    np.testing.assert_array_equal(i64.cpu().numpy(), i_cpu)
+    X32 = X.astype(np.float32)
+    kneighbors(torch.from_numpy(X32).cuda(), k=100)
+    assert not launches  # lists of 128 entries are not written in order by the kernel
