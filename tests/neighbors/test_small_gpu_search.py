@@ -80,12 +80,13 @@ def test_queries_and_numpy_in_numpy_out(k, launches):
 
 @pytest.mark.parametrize("where", ["X_ref", "X_query"])
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
-def test_non_finite_input_is_refused_by_name(where, bad):
+def test_non_finite_input_is_refused_by_name(where, bad, launches):
     X = np.ones((50, 4), dtype=np.float32)
     Q = np.zeros((9, 4), dtype=np.float32)
     (X if where == "X_ref" else Q)[5 if where == "X_ref" else 2, 1] = bad
     with pytest.raises(ValueError, match=where):
         kneighbors(torch.from_numpy(X).cuda(), torch.from_numpy(Q).cuda(), k=3)
+    assert launches  # refused after the one-launch search found it, not by a separate check
 
 
 @pytest.mark.parametrize("scale", [1e30, 1e-30])

@@ -51,6 +51,7 @@ EXACT_SELECT_MANY_MIN_QUERIES = 4096
 # references; fewer queries over more references leave most of the GPU idle unsplit
 SMALL_MIN_QUERIES = 256
 SMALL_MAX_UNSPLIT_REFERENCES = 8192
+SMALL_MAX_ROWS = 1 << 24
 
 
 def exact_select_supports(metric: Metric, dtype: torch.dtype, d: int, k: int, device: torch.device, backend: str,
@@ -110,8 +111,8 @@ def exact_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: 
         query_ids, anchors = order.place(query)
         RT = ref.index_select(0, order.perm).T.contiguous()
         QT = query.index_select(0, query_ids).T.contiguous()
-    # the kernel's lists (float64 + int32 per slot, one list per reference split) and the sort's copies
-    per_row = 64 * max(2, 1 << (k - 1).bit_length()) * 8
+    # the kernel's lists (float64 + int64 per slot, one list per reference split) and the sort's copies
+    per_row = 64 * max(2, 1 << (k - 1).bit_length()) * 16
     rows = max(1, min(n_query, budget_bytes // per_row))
     if order is None and rows >= n_query:  # one block: the kernel's lists are the result
         keys, index = exact_select(QT, RT, k, metric.name, exclude_self=exclude_self)
@@ -155,6 +156,8 @@ def search_small(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric,
             and n_query * n_ref <= EXACT_SELECT_FIRST_PAIRS and exact_select_first(n_query, n_ref, d)
             and exact_select_supports(metric, torch.float32, d, k, device, backend, precision) and placed_supported(k, d)):
         return None
+    if max(n_query, n_ref) > SMALL_MAX_ROWS:
+        return None  # the kernel's extremes pass and offsets count rows in 32 bits
     if n_query < SMALL_MIN_QUERIES and n_ref > SMALL_MAX_UNSPLIT_REFERENCES:
         return None  # few queries, many references: the references split over programs (exact_select_search)
     for X in (ref, query):
