@@ -90,10 +90,9 @@ def exact_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: 
     a prefix of them). ``k`` must not exceed the references available to a row.
     """
     n_query = query.shape[0]
-    keys_out = torch.empty((n_query, k), dtype=torch.float64, device=ref.device)
-    index_out = torch.empty((n_query, k), dtype=torch.int64, device=ref.device)
     if n_query == 0:
-        return keys_out, index_out
+        return (torch.empty((0, k), dtype=torch.float64, device=ref.device),
+                torch.empty((0, k), dtype=torch.int64, device=ref.device))
     # rows along a space-filling curve: each query block starts its scan among its neighbours
     curve = EXACT_SELECT_CURVE and n_query * ref.shape[0] >= EXACT_SELECT_CURVE_MIN_PAIRS
     order = _CurveOrder(ref) if curve else None
@@ -115,21 +114,21 @@ def exact_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: 
     per_row = 64 * max(2, 1 << (k - 1).bit_length()) * 16
     rows = max(1, min(n_query, budget_bytes // per_row))
     if order is None and rows >= n_query:  # one block: the kernel's lists are the result
-        keys, index = exact_select(QT, RT, k, metric.name, exclude_self=exclude_self)
-        if stats is not None:
-            stats.update(selection="exact_select", query_rows=rows, scores_exact=True, tile_dtype="float64")
-        return keys, index
-    for q0 in range(0, n_query, rows):
-        q1 = min(n_query, q0 + rows)
-        if order is None:
-            keys, index = exact_select(QT[:, q0:q1], RT, k, metric.name, exclude_self=exclude_self, self_offset=q0)
-            keys_out[q0:q1] = keys
-            index_out[q0:q1] = index
-        else:
-            keys, index = exact_select(QT[:, q0:q1], RT, k, metric.name, exclude_self=exclude_self, ref_ids=ref_ids,
-                                       query_ids=query_ids[q0:q1], anchors=anchors[q0:q1])
-            keys_out[query_ids[q0:q1]] = keys
-            index_out[query_ids[q0:q1]] = index
+        keys_out, index_out = exact_select(QT, RT, k, metric.name, exclude_self=exclude_self)
+    else:
+        keys_out = torch.empty((n_query, k), dtype=torch.float64, device=ref.device)
+        index_out = torch.empty((n_query, k), dtype=torch.int64, device=ref.device)
+        for q0 in range(0, n_query, rows):
+            q1 = min(n_query, q0 + rows)
+            if order is None:
+                keys, index = exact_select(QT[:, q0:q1], RT, k, metric.name, exclude_self=exclude_self, self_offset=q0)
+                keys_out[q0:q1] = keys
+                index_out[q0:q1] = index
+            else:
+                keys, index = exact_select(QT[:, q0:q1], RT, k, metric.name, exclude_self=exclude_self, ref_ids=ref_ids,
+                                           query_ids=query_ids[q0:q1], anchors=anchors[q0:q1])
+                keys_out[query_ids[q0:q1]] = keys
+                index_out[query_ids[q0:q1]] = index
     if stats is not None:
         stats.update(selection="exact_select", query_rows=rows, scores_exact=True, tile_dtype="float64")
     return keys_out, index_out
@@ -152,8 +151,9 @@ def search_small(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric,
     """
     n_query, n_ref = query.shape[0], ref.shape[0]
     d = ref.shape[1]
+    # small: the first of exact_select_first's two shapes (every query block in one program)
     if not (ref.dtype == query.dtype == torch.float32 and n_query and n_ref > k - 1 + exclude_self
-            and n_query * n_ref <= EXACT_SELECT_FIRST_PAIRS and exact_select_first(n_query, n_ref, d)
+            and n_query * n_ref <= EXACT_SELECT_FIRST_PAIRS and d <= EXACT_SELECT_FIRST_FEATURES
             and exact_select_supports(metric, torch.float32, d, k, device, backend, precision) and placed_supported(k, d)):
         return None
     if max(n_query, n_ref) > SMALL_MAX_ROWS:

@@ -190,11 +190,7 @@ def knn_search(
     if _exact_select_first(ref, query, k, metric, device, backend, precision, float64_order):
         # one launch, final float64 scores whatever the ties: no float64-order check, duplicate
         # search, probe or certificate first (see ._exact_select)
-        same = query is ref
-        if not same_device(ref.device, device):
-            host, ref = ref, copy_to_device(ref, device)
-            observe_copy(host, ref)  # the facts a search of streamed references gathers (see _host_summary)
-        query = ref if same else (query if same_device(query.device, device) else copy_to_device(query, device))
+        ref, query = _resident(ref, query, device)
         keys, index = exact_select_search(ref, query, k, metric, exclude_self=exclude_self, budget_bytes=budget_bytes,
                                           stats=stats)
         scores = finish_scores(keys.to(out_scores.dtype), metric, as_distance, scale)
@@ -212,10 +208,7 @@ def knn_search(
     engine = dict(device=device, budget_bytes=budget_bytes, verbose=verbose, stats=stats, backend=backend, precision=precision)
     order64 = float64_order and needs_float64_order(ref, query, metric)
     if _dense_eligible(ref, metric, float64_order, device, backend, precision) and not same_device(ref.device, device):
-        same = query is ref  # dense searches keep the references on the device
-        host, ref = ref, copy_to_device(ref, device)
-        observe_copy(host, ref)  # the facts a search of streamed references gathers (see _host_summary)
-        query = ref if same else copy_to_device(query, device)
+        ref, query = _resident(ref, query, device)  # dense searches keep the references on the device
     unique = UniqueRows.find(ref) if dedupe and _dedup_applies(ref, query, k, metric, device, exclude_self) else None
     if unique is not None:  # the distinct rows' search decides for itself whether it runs dense
         keys, index = _search_unique(unique, query, k, metric, exclude_self=exclude_self, order64=order64,
@@ -262,6 +255,15 @@ def _engine_search(ref, query, k, metric, exclude_self, out_scores, out_index, *
             bar.update()
     if stats is not None:
         retries.report(stats)
+
+
+def _resident(ref: torch.Tensor, query: torch.Tensor, device: torch.device):
+    """``(ref, query)`` on ``device`` (``query is ref`` kept), host references' copy observed for their facts."""
+    same = query is ref
+    if not same_device(ref.device, device):
+        host, ref = ref, copy_to_device(ref, device)
+        observe_copy(host, ref)  # the facts a search of streamed references gathers (see _host_summary)
+    return ref, ref if same else (query if same_device(query.device, device) else copy_to_device(query, device))
 
 
 def _exact_select_first(ref, query, k, metric, device, backend, precision, float64_order) -> bool:
