@@ -6,7 +6,7 @@ import torch
 
 from gpumine.core.distance import get_metric
 from gpumine.neighbors import kneighbors
-from gpumine.neighbors.engine import _dense, _exact_select
+from gpumine.neighbors.engine import _dense, _exact_select, _product_select
 from gpumine.neighbors.engine import _search as _engine
 
 from knn_oracle import assert_knn_matches
@@ -156,6 +156,7 @@ def test_dense_on_the_gpu_equals_the_host(name, monkeypatch):
     # shapes the exact-selection kernel would take first (see engine._exact_select) run dense here
     monkeypatch.setattr(_exact_select, "EXACT_SELECT_FIRST_PAIRS", 0)
     monkeypatch.setattr(_exact_select, "EXACT_SELECT_MANY_PAIRS", 0)
+    monkeypatch.setattr(_product_select, "PRODUCT_SELECT", False)  # wider ones on the product selection
     X = _data(name, np.random.default_rng(5))
     for k in (1, 20):
         stats = {}

@@ -41,3 +41,8 @@ def test_every_fused_kernel_case_under_the_triton_interpreter():
 @on_gpu_natively
 def test_exact_select_kernel_cases_under_the_triton_interpreter():
     _run_interpreted("not slow", timeout=600, cases="triton_exact_select_cases.py")
+
+
+@on_gpu_natively
+def test_product_select_kernel_cases_under_the_triton_interpreter():
+    _run_interpreted("not slow", timeout=900, cases="triton_product_select_cases.py")

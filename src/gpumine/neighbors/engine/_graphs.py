@@ -43,6 +43,7 @@ from . import _dense
 from ._dense import (DenseReferences, candidates_for, dense_by_size, dense_eligible, integer_centre, integer_centre_on_device,
                      tile_dtype_for)
 from ._exact_select import exact_select_first, exact_select_supports
+from ._product_select import product_select_first, product_select_supports, select_block
 from ._magnitude import smallest_nonzero_magnitude
 
 __all__ = ["search_with_graph", "clear_search_graphs", "GRAPH_SEARCHES"]
@@ -178,8 +179,9 @@ class _CapturedDense(_CapturedSearch):
     the eager way. Open rows are settled after the replay by the eager radius pass.
     """
 
-    def __init__(self, ref_shape, query_shape, k: int, metric: Metric, exclude_self: bool, to_host: bool, device, exact: bool):
-        self.metric, self.k, self.exact, self.device = metric, k, exact, device
+    def __init__(self, ref_shape, query_shape, k: int, metric: Metric, exclude_self: bool, to_host: bool, device, exact: bool,
+                 product: bool = False):
+        self.metric, self.k, self.exact, self.device, self.product = metric, k, exact, device, product
         self.unsuited = False
         sp = _DenseCapturePlan(device)
         super().__init__(sp, ref_shape, query_shape, k, exclude_self, to_host)
@@ -199,13 +201,19 @@ class _CapturedDense(_CapturedSearch):
             centre, qualifies = None, torch.ones((), dtype=torch.bool, device=self.device)
         refs = DenseReferences(self.ref_in, self.k, self.metric, exclude_self=self.exclude_self,
                                tile_dtype=tile_dtype_for(self.device), centre=centre)
-        block = _dense.first_pass(refs, query, 0)
-        open_rows = (~block.certified).sum()
+        if self.product:  # the product-selection kernel's lists are final: no open rows
+            RT = self.ref_in.T.contiguous()
+            keys, index = select_block(refs, query, RT if self.query_in is None else query.T.contiguous(), RT, 0)
+            block, open_rows = None, torch.zeros((), dtype=torch.int64, device=self.device)
+        else:
+            block = _dense.first_pass(refs, query, 0)
+            open_rows = (~block.certified).sum()
+            keys, index = block.keys, block.index
         flags = [torch.cat(extremes).double(), torch.cat(integral).double(), torch.cat(tiniest).double(),
                  qualifies.double()[None], open_rows.double()[None]]
         self.host_flags.copy_(torch.cat(flags), non_blocking=True)
-        self.scores = block.keys[:, : self.k].to(torch.float32)
-        self.index = block.index[:, : self.k]
+        self.scores = keys[:, : self.k].to(torch.float32)
+        self.index = index[:, : self.k]
         if self.to_host:
             self.host_scores.copy_(self.scores, non_blocking=True)
             self.host_index.copy_(self.index, non_blocking=True)
@@ -244,9 +252,11 @@ class _DenseCapturePlan:
 
 
 def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host, result_device,
-                 as_distance):
-    """:func:`search_with_graph` for searches that run dense: the result, or None for the eager path."""
-    key = _key(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host) + ("dense",)
+                 as_distance, product: bool = False):
+    """:func:`search_with_graph` for searches that run dense, or on the product selection (``product``): the result,
+    or None for the eager path."""
+    key = _key(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host) + (
+        "product" if product else "dense",)
     entry, stays_eager = _cached(key)
     if stays_eager:
         return None
@@ -255,7 +265,10 @@ def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision
         available = ref.shape[0] - (1 if exclude_self else 0)
         item = 8 if tile_dtype_for(device) == torch.float64 else 4
         # one block: every score row and the candidates' re-score temporaries within the budget
-        block_bytes = query.shape[0] * (ref.shape[0] * item * 2 + candidates_for(k, available, True) * (ref.shape[1] + 4) * 24)
+        if product:  # the scores, the prepared rows and the feature-major copies
+            block_bytes = query.shape[0] * (ref.shape[0] * item + (ref.shape[1] + 8) * 8) + 2 * ref.numel() * 4
+        else:
+            block_bytes = query.shape[0] * (ref.shape[0] * item * 2 + candidates_for(k, available, True) * (ref.shape[1] + 4) * 24)
         with _lock:
             if block_bytes > budget:
                 _remember(_ineligible, key)
@@ -265,7 +278,7 @@ def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision
                 return None
         on_device_ref = ref.to(device)
         exact = integer_centre(on_device_ref, on_device_ref if exclude_self else query.to(device)) is not None
-        entry = _CapturedDense(ref.shape, query.shape, k, metric, exclude_self, to_host, device, exact)
+        entry = _CapturedDense(ref.shape, query.shape, k, metric, exclude_self, to_host, device, exact, product)
         if not _capture_and_keep(key, entry, ref, query):
             return None
     with entry.lock:
@@ -384,6 +397,11 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
             n_query, n_ref, ref.shape[1]):
         return None  # one launch already, whatever the data (see ._exact_select)
     to_host = result_device.type == "cpu"
+    if product_select_supports(metric, torch.float32, ref.shape[1], k, device, backend, precision) and product_select_first(
+            n_query, n_ref, ref.shape[1]):
+        # one product and one selection launch, final whatever the data (see ._product_select)
+        return _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host,
+                            result_device, as_distance, product=True)
     if dense_eligible(metric, torch.float32, device, backend, precision):
         if dense_by_size(n_query, n_ref, ref.shape[1]):
             return _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host,

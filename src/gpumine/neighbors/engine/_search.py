@@ -44,6 +44,7 @@ from ._curve import _curve_applies
 from ._dense import dense_by_size, dense_eligible, dense_search
 from ._exact_select import (exact_select_applies, exact_select_first, exact_select_preferred, exact_select_search,
                             exact_select_supports)
+from ._product_select import product_select_first, product_select_search, product_select_supports
 from ._duplicates import DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
 from ._exact_tile_kernel import exact_tile_scores, scores_within
 from ._float64_order import FLOAT64_ORDER_METRICS, Float64Tiles, certified_rows, needs_float64_order, rescore
@@ -195,6 +196,14 @@ def knn_search(
                                           stats=stats)
         scores = finish_scores(keys.to(out_scores.dtype), metric, as_distance, scale)
         return copy_to_host(out_scores, scores), copy_to_host(out_index, index)
+    if _product_select_first(ref, query, k, metric, device, backend, precision, float64_order):
+        # wider data: one product and one selection launch per query block, final float64
+        # scores whatever the ties (see ._product_select)
+        ref, query = _resident(ref, query, device)
+        keys, index = product_select_search(ref, query, k, metric, exclude_self=exclude_self, budget_bytes=budget_bytes,
+                                            stats=stats)
+        scores = finish_scores(keys.to(out_scores.dtype), metric, as_distance, scale)
+        return copy_to_host(out_scores, scores), copy_to_host(out_index, index)
     # host searches: KD-tree or BLAS (see _cpu_search); a self-search of part of the references
     # (query i is reference i of a prefix) stays on the engine
     # the metrics whose order is float64 on every path (cosine and inner product are float32-ordered)
@@ -271,6 +280,14 @@ def _exact_select_first(ref, query, k, metric, device, backend, precision, float
     return ((float64_order or ref.dtype == torch.float64) and query.dtype == ref.dtype
             and exact_select_supports(metric, ref.dtype, ref.shape[1], k, device, backend, precision)
             and exact_select_first(query.shape[0], ref.shape[0], ref.shape[1])
+            and (same_device(ref.device, device) or _fits_resident(ref, device)))
+
+
+def _product_select_first(ref, query, k, metric, device, backend, precision, float64_order) -> bool:
+    """Whether a search runs on the product-selection kernel before any other choice (see :func:`product_select_first`)."""
+    return ((float64_order or ref.dtype == torch.float64) and query.dtype == ref.dtype
+            and product_select_supports(metric, ref.dtype, ref.shape[1], k, device, backend, precision)
+            and product_select_first(query.shape[0], ref.shape[0], ref.shape[1])
             and (same_device(ref.device, device) or _fits_resident(ref, device)))
 
 

@@ -1,0 +1,108 @@
+"""Searches by one matrix product and the product-selection kernel per block of queries.
+
+For L2 searches at more features than the exact-selection kernel serves well
+(:mod:`._exact_select`): per query block one product gives every pair's tile
+score (float64 products where the GPU runs them at full rate, see
+:func:`._dense.tile_dtype_for`; float32 ones where integer data makes them exact,
+see :func:`._dense.integer_centre`), and one launch of
+:mod:`._product_select_kernel` selects the k best by (float64 exact score,
+index): each row's best candidates by tile score are re-scored in float64 and
+certified; only rows that ties or near-ties leave open read their scores again.
+
+Bound: per block one product, at most two reads of its scores and at most one
+float64 exact score per pair (where ties keep every lane within reach),
+whatever the data; no retry, radius pass or host wait but the one that decides
+whether integer data's products are exact. Results equal
+:func:`._dense.dense_search`'s bit for bit: the same float64 scores in
+:meth:`Metric.exact_scores`' order, ordered by (score, index).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...core.distance import Metric
+from ._dense import DenseReferences, _rel, dense_eligible, integer_centre, tile_dtype_for
+from ._exact_select import EXACT_SELECT_FIRST_FEATURES
+from ._product_select_kernel import PRODUCT_SELECT_MAX_K, kept_candidates, product_select, product_select_available
+
+__all__ = ["product_select_supports", "product_select_first", "product_select_search", "select_block", "PRODUCT_SELECT",
+           "PRODUCT_SELECT_MIN_FEATURES", "PRODUCT_SELECT_MAX_PAIRS"]
+
+# False turns the path off (same-run A/B timings)
+PRODUCT_SELECT = True
+# Searches go here before any other choice from this many features (fewer: the exact-selection
+# kernel, whose float64 terms cost less than a product and its scores' round trip there) up to
+# PRODUCT_SELECT_MAX_PAIRS pairs; larger ones choose between the fused kernel and a dense pass.
+PRODUCT_SELECT_MIN_FEATURES = EXACT_SELECT_FIRST_FEATURES + 1
+PRODUCT_SELECT_MAX_PAIRS = 1 << 32
+
+
+def product_select_supports(metric: Metric, dtype: torch.dtype, d: int, k: int, device: torch.device, backend: str,
+                            precision: str) -> bool:
+    """Whether a search of this kind can run here: a GPU, the automatic backend, exact products, L2, k in registers."""
+    return (PRODUCT_SELECT and product_select_available() and dense_eligible(metric, dtype, device, backend, precision)
+            and d > 0 and 1 <= k <= PRODUCT_SELECT_MAX_K)
+
+
+def product_select_first(n_query: int, n_ref: int, d: int) -> bool:
+    """Whether a search of this shape runs here before any other choice (see ``PRODUCT_SELECT_MIN_FEATURES``)."""
+    return d >= PRODUCT_SELECT_MIN_FEATURES and n_query * n_ref <= PRODUCT_SELECT_MAX_PAIRS
+
+
+def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool,
+                          budget_bytes: int, stats: dict | None = None,
+                          tile_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top k of every query as ``(float64 scores, indices)`` by (float64 score, index), as ``dense_search`` returns them.
+
+    ``exclude_self``: query i is reference i (the queries are the references or
+    a prefix of them). ``k`` must not exceed the references available to a row.
+    ``tile_dtype``: the products' dtype (default :func:`tile_dtype_for` the
+    device; float64 data keeps float64).
+    """
+    n_query, n_ref = query.shape[0], ref.shape[0]
+    d = ref.shape[1]
+    device = ref.device
+    if n_query == 0:
+        return (torch.empty((0, k), dtype=torch.float64, device=device),
+                torch.empty((0, k), dtype=torch.int64, device=device))
+    if ref.dtype == torch.float64:
+        tile_dtype = torch.float64  # as dense_search: rounding float64 data first is outside the bound
+    refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=tile_dtype or tile_dtype_for(device),
+                           centre=integer_centre(ref, query))
+    RT = ref.T.contiguous()
+    QT = RT if query is ref else query.T.contiguous()
+    item = torch.finfo(refs.tile_dtype).bits // 8
+    # a block's scores, its prepared query rows and the per-row bounds
+    rows = max(1, min(n_query, budget_bytes // (n_ref * item + (d + 8) * 8)))
+    keys_out = index_out = None
+    for q0 in range(0, n_query, rows):
+        q1 = min(n_query, q0 + rows)
+        keys, index = select_block(refs, query[q0:q1], QT[:, q0:q1], RT, q0, stats)
+        if rows >= n_query:
+            keys_out, index_out = keys, index
+        else:
+            if keys_out is None:
+                keys_out = torch.empty((n_query, k), dtype=torch.float64, device=device)
+                index_out = torch.empty((n_query, k), dtype=torch.int64, device=device)
+            keys_out[q0:q1], index_out[q0:q1] = keys, index
+    if stats is not None:
+        stats.update(selection="product_select", candidates=kept_candidates(k), query_rows=rows, scores_exact=refs.exact,
+                     tile_dtype=str(refs.tile_dtype).replace("torch.", ""))
+    return keys_out, index_out
+
+
+def select_block(refs: DenseReferences, query: torch.Tensor, QT: torch.Tensor, RT: torch.Tensor, q0: int,
+                 stats: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One query block (queries ``q0``, ``q0 + 1``, ...; ``QT`` its feature-major copy): product and selection, no host wait."""
+    metric, d = refs.metric, refs.d
+    Qp = metric.prepare(query.to(refs.tile_dtype), refs.centre, "query")
+    S = Qp["rows"] @ refs.rows.T
+    offset, offset_error = metric.tile_offset(Qp, d)
+    if refs.exact:  # the tile scores plus |x|^2 are the scores
+        slack = torch.zeros_like(offset, dtype=torch.float64)
+    else:
+        low = metric.bounds(Qp, refs.scale, d, query.device, S[:, 0], S[:, 0])[0]
+        slack = low.double() + offset_error.double()
+    return product_select(S, offset.double(), slack, QT, RT, refs.k, exact=refs.exact, rel_tile=_rel(refs.tile_dtype, d),
+                          rel64=_rel(torch.float64, d), exclude_self=refs.exclude_self, self_offset=q0, stats=stats)

@@ -1,0 +1,324 @@
+"""Exact k-selection over a block of matrix-product scores, re-scoring in float64 only what can enter.
+
+For L2 searches at many features, where one matrix product per query block is
+the cheapest way to see every pair. The caller forms a block's tile scores ``S``
+(``|y|^2 - 2 x.y`` of centred rows, see :meth:`Metric.prepare`) and per row the
+offset that completes them (``|x|^2``) and their error bound (``slack``,
+:meth:`Metric.bounds` plus the offset's own). Each program owns ``BLOCK_M``
+queries; per row, in registers, with the insertion step of the exact-selection
+kernel (:mod:`._exact_select_kernel`: every comparison by (score, id)):
+
+1. one pass over its tile scores keeps the ``KEEP`` best (``s + offset``, id)
+   pairs (:func:`kept_candidates`: k and a margin);
+2. those references alone are scored exactly, in float64 in
+   :meth:`Metric.exact_scores`' summation order (per-feature terms left to right
+   within ``EXACT_SUM_CHUNK`` features, chunk sums left to right, contraction
+   off; their features gathered), and the k best of them kept;
+3. the certificate: a reference left out has a tile score at or above the
+   farthest kept one's, so its true score is at least that less the slack; a row
+   whose k-th exact score, grown by its own rounding, is under that is final.
+   Only rows it leaves open (ties or near-ties across the margin) read their
+   scores again, scoring exactly each lane whose lower bound reaches the row's
+   worst entry.
+
+``EXACT``: the tile scores plus the offset are the exact scores (integer data
+centred on an integer, see :func:`._dense.integer_centre`): step 1 is the result.
+
+Bound: one read of the block's scores and ``KEEP`` exact scores per row; a
+second read for the open rows, with at most one float64 exact score per pair
+(reached only where every lane stays within reach: all points equal, say). No
+host wait, retry or radius pass: the kept lists are final.
+
+The torch twin is :func:`product_select_torch` (exact scores of every pair, or
+the tile scores plus offset under ``exact``, and a sort by (score, index)); both
+return the same scores and indices bit for bit whenever ``slack`` bounds the
+tile scores' error.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - exercised on machines without triton
+    triton = None
+    tl = None
+
+from ...core.distance import EXACT_SUM_CHUNK
+from ...core.select import PAD_INDEX, pad_topk, topk_by_score_then_index
+from ._exact_select_kernel import _PLACED_MAX_COMPARISONS, EXACT_SELECT_MAX_K
+
+__all__ = ["product_select", "product_select_torch", "product_select_available", "PRODUCT_SELECT_MAX_K",
+           "default_product_blocks", "kept_candidates"]
+
+# per-query lists live in registers (C = the power of two at or above k)
+PRODUCT_SELECT_MAX_K = EXACT_SELECT_MAX_K
+# offsets of operands with this many elements or more are computed in 64 bits
+_WIDE_FROM = 2**31
+
+
+def product_select_available() -> bool:
+    """Whether :func:`product_select` can run (the 'triton' package is installed)."""
+    return triton is not None
+
+
+if triton is not None:
+    from ._exact_select_kernel import _higher, _lower
+
+    @triton.jit
+    def _exact64_lanes(QT, RT, rows, cols, row_ok, need, D, stride_q_feat, stride_r_feat,
+                       CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr):
+        # Metric.exact_scores' order at any d: chunks of CHUNK features, each summed left to right
+        # from zero (0 + t is t), chunk sums added left to right; features past D add +0.0, which
+        # leaves a non-negative sum as it is. Only the references of lanes in `need` are read.
+        total = tl.zeros((BLOCK_M, BLOCK_N), tl.float64)
+        for c0 in range(0, D, CHUNK):
+            part = tl.zeros((BLOCK_M, BLOCK_N), tl.float64)
+            for j in tl.static_range(CHUNK):
+                f = c0 + j
+                if WIDE:
+                    f = f.to(tl.int64)
+                q_ok = row_ok & ((rows * 0 + f) < D)
+                r_ok = need & ((cols * 0 + f) < D)
+                q = tl.load(QT + f * stride_q_feat + rows, mask=q_ok, other=0.0).to(tl.float64)
+                r = tl.load(RT + f * stride_r_feat + cols, mask=r_ok, other=0.0).to(tl.float64)
+                diff = q[:, None] - r[None, :]
+                part = part + diff * diff
+            total = total + part
+        return total
+
+    @triton.jit
+    def _insert(best, best_id, worst, worst_id, acc, ids):
+        """Every lane of ``acc`` that beats its row's worst entry by (score, id) replaces it, best lanes first."""
+        later = (acc > worst[:, None]) | ((acc == worst[:, None]) & (ids > worst_id[:, None]))
+        acc = tl.where(later, float("inf"), acc)
+        low, low_id = tl.reduce((acc, ids), 1, _lower)
+        while tl.max((low < float("inf")).to(tl.int32), 0) > 0:
+            put = (best_id == worst_id[:, None]) & (low < float("inf"))[:, None]
+            best = tl.where(put, low[:, None], best)
+            best_id = tl.where(put, low_id[:, None], best_id)
+            worst, worst_id = tl.reduce((best, best_id), 1, _higher)
+            taken = ids == low_id[:, None]
+            later = (acc > worst[:, None]) | ((acc == worst[:, None]) & (ids > worst_id[:, None]))
+            acc = tl.where(taken | later, float("inf"), acc)
+            low, low_id = tl.reduce((acc, ids), 1, _lower)
+        return best, best_id, worst, worst_id
+
+    @triton.jit(do_not_specialize=["n_query", "n_ref", "self_offset", "K", "D"])
+    def _product_select_kernel(
+        S, OFFSET, SLACK, QT, RT, OUT_SCORE, OUT_INDEX, OPEN_ROWS,
+        n_query, n_ref, self_offset, K, D,
+        stride_s, stride_q_feat, stride_r_feat, stride_out, rel_tile, rel64,
+        CHUNK: tl.constexpr, EXACT: tl.constexpr, EXCLUDE_SELF: tl.constexpr, C: tl.constexpr, KEEP: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr, PLACED: tl.constexpr,
+    ):
+        pid_m = tl.program_id(0)
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        if WIDE:
+            rows = rows.to(tl.int64)
+        row_ok = rows < n_query
+        lanes = tl.arange(0, BLOCK_N)
+        offset = tl.load(OFFSET + rows, mask=row_ok, other=0.0).to(tl.float64)
+        own = rows + self_offset
+        # 1. the KEEP best (approximate score, id) of each row from its tile scores alone
+        keep_slots = tl.arange(0, KEEP)
+        near = tl.full((BLOCK_M, KEEP), float("inf"), tl.float64)
+        near_id = tl.zeros((BLOCK_M, KEEP), tl.int32) - 1 - keep_slots[None, :]
+        far, far_id = tl.reduce((near, near_id), 1, _higher)
+        for start in range(0, n_ref, BLOCK_N):
+            cols = start + lanes
+            valid = row_ok[:, None] & (cols < n_ref)[None, :]
+            if EXCLUDE_SELF:
+                valid = valid & (cols[None, :] != own[:, None])
+            s = tl.load(S + rows[:, None] * stride_s + cols[None, :], mask=valid, other=0.0).to(tl.float64)
+            approx = tl.where(valid, s + offset[:, None], float("inf"))
+            if tl.max((tl.min(approx, 1) <= far).to(tl.int32), 0) > 0:
+                id_grid = cols.to(tl.int32)[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
+                near, near_id, far, far_id = _insert(near, near_id, far, far_id, approx, id_grid)
+        # 2. the kept references scored exactly (their features gathered), then the K best of them
+        member = near_id >= 0
+        if EXACT:  # the tile scores plus the offset are the exact scores
+            exact = near
+        else:
+            exact = tl.zeros((BLOCK_M, KEEP), tl.float64)
+            for c0 in range(0, D, CHUNK):
+                part = tl.zeros((BLOCK_M, KEEP), tl.float64)
+                for j in tl.static_range(CHUNK):
+                    f = c0 + j
+                    if WIDE:
+                        f = f.to(tl.int64)
+                    q = tl.load(QT + f * stride_q_feat + rows, mask=row_ok & ((rows * 0 + f) < D), other=0.0).to(tl.float64)
+                    r = tl.load(RT + f * stride_r_feat + near_id, mask=member & ((near_id * 0 + f) < D),
+                                other=0.0).to(tl.float64)
+                    diff = q[:, None] - r
+                    part = part + diff * diff
+                exact = exact + part
+            exact = tl.where(member, exact, float("inf"))
+        slots = tl.arange(0, C)
+        best = tl.where(slots[None, :] < K, float("inf"), float("-inf")) + tl.zeros((BLOCK_M, C), tl.float64)
+        best_id = tl.zeros((BLOCK_M, C), tl.int32) - 1 - slots[None, :]
+        worst, worst_id = tl.reduce((best, best_id), 1, _higher)
+        best, best_id, worst, worst_id = _insert(best, best_id, worst, worst_id, exact, near_id)
+        if not EXACT:
+            # 3. certificate: a reference left out has a tile score at or above the farthest kept
+            # one's, so its true score is at least `least_out`; a row whose K-th exact score
+            # (grown by its own rounding) is under that is final. Others rescan their scores,
+            # scoring exactly each lane within reach of their worst entry (ties, near-ties).
+            slack = tl.load(SLACK + rows, mask=row_ok, other=0.0).to(tl.float64)
+            least_out = far - slack
+            least_out = least_out - tl.abs(least_out) * rel_tile
+            open_row = row_ok & ~(worst * (1.0 + rel64) < least_out)
+            if tl.max(open_row.to(tl.int32), 0) > 0:
+                tl.atomic_add(OPEN_ROWS, tl.sum(open_row.to(tl.int32), 0))
+                for start in range(0, n_ref, BLOCK_N):
+                    cols = start + lanes
+                    ids = cols.to(tl.int32)[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
+                    valid = open_row[:, None] & (cols < n_ref)[None, :]
+                    if EXCLUDE_SELF:
+                        valid = valid & (cols[None, :] != own[:, None])
+                    s = tl.load(S + rows[:, None] * stride_s + cols[None, :], mask=valid, other=0.0).to(tl.float64)
+                    approx = s + offset[:, None]
+                    # the kept references are in the list already
+                    kept = (approx < far[:, None]) | ((approx == far[:, None]) & (ids <= far_id[:, None]))
+                    low = approx - slack[:, None]
+                    low = low - tl.abs(low) * rel_tile
+                    maybe = valid & ~kept & (low <= worst[:, None] * (1.0 + rel64))
+                    if tl.max(tl.max(maybe.to(tl.int32), 1), 0) > 0:
+                        need = tl.max(maybe.to(tl.int32), 0) > 0
+                        acc = _exact64_lanes(QT, RT, rows, cols, row_ok, need, D, stride_q_feat, stride_r_feat,
+                                             CHUNK, BLOCK_M, BLOCK_N, WIDE)
+                        acc = tl.where(maybe, acc, float("inf"))
+                        if tl.max((tl.min(acc, 1) <= worst).to(tl.int32), 0) > 0:
+                            best, best_id, worst, worst_id = _insert(best, best_id, worst, worst_id, acc, ids)
+        if PLACED:
+            # one list per row: each entry goes straight to its place, (score, id) ascending,
+            # unfilled entries as padding (+inf, -1)
+            kept_slot = slots < K
+            before = (best[:, None, :] < best[:, :, None]) | (
+                (best[:, None, :] == best[:, :, None]) & (best_id[:, None, :] < best_id[:, :, None]))
+            place = tl.sum((before & kept_slot[None, None, :]).to(tl.int32), 2)
+            unfilled = best_id < 0
+            out = rows[:, None] * stride_out + place
+            keep = row_ok[:, None] & kept_slot[None, :]
+            tl.store(OUT_SCORE + out, tl.where(unfilled, float("inf"), best), mask=keep)
+            tl.store(OUT_INDEX + out, tl.where(unfilled, -1, best_id).to(tl.int64), mask=keep)
+        else:
+            out = rows[:, None] * stride_out + slots[None, :]
+            tl.store(OUT_SCORE + out, best, mask=row_ok[:, None])
+            tl.store(OUT_INDEX + out, best_id.to(tl.int64), mask=row_ok[:, None])
+
+
+def default_product_blocks(C: int) -> tuple[int, int, int]:
+    """(block_m, block_n, num_warps): one query per program, so no row waits on another's insertions."""
+    return (1, 64, 1) if C <= 32 else (1, 128, 2)
+
+
+def kept_candidates(k: int) -> int:
+    """Candidates a row keeps by its tile scores (a power of two): k and a margin for the certificate."""
+    return 1 << (k + max(4, k // 4) - 1).bit_length()
+
+
+def _check(S, offset, slack, QT, RT, k):
+    n_query, n_ref = S.shape
+    if S.dim() != 2 or S.dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"S must be a float32 or float64 matrix (queries x references); got {S.dtype} {tuple(S.shape)}")
+    if offset.shape != (n_query,) or slack.shape != (n_query,):
+        raise ValueError(f"offset and slack need one entry per query ({n_query}); got {tuple(offset.shape)} and "
+                         f"{tuple(slack.shape)}")
+    if QT.dim() != 2 or RT.dim() != 2 or QT.shape[0] != RT.shape[0] or QT.shape[1] != n_query or RT.shape[1] != n_ref:
+        raise ValueError(f"QT and RT must be feature-major (d, n_query) and (d, n_ref) matching S {tuple(S.shape)}; "
+                         f"got {tuple(QT.shape)} and {tuple(RT.shape)}")
+    if not 1 <= k <= PRODUCT_SELECT_MAX_K:
+        raise ValueError(f"k must be between 1 and {PRODUCT_SELECT_MAX_K} for the product selection kernel; got {k}")
+
+
+def product_select_torch(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, QT: torch.Tensor, RT: torch.Tensor,
+                         k: int, *, exact: bool, rel_tile: float, rel64: float, exclude_self: bool = False,
+                         self_offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The torch twin of :func:`product_select` (same arguments, same result bit for bit)."""
+    from ...core.distance import get_metric
+
+    _check(S, offset, slack, QT, RT, k)
+    if exact:
+        scores = S.to(torch.float64) + offset.to(torch.float64)[:, None]
+    else:
+        scores = get_metric("sqeuclidean").exact_scores(QT.T.to(torch.float64), RT.T.to(torch.float64)[None])
+    if exclude_self:
+        rows = torch.arange(S.shape[0], device=S.device) + self_offset
+        inside = (rows >= 0) & (rows < S.shape[1])
+        scores[inside.nonzero().squeeze(1), rows[inside]] = float("inf")
+    index = torch.arange(S.shape[1], device=S.device).expand(S.shape[0], -1)
+    index = torch.where(torch.isinf(scores), PAD_INDEX, index)
+    return pad_topk(*topk_by_score_then_index(scores, index, k), k)
+
+
+def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, QT: torch.Tensor, RT: torch.Tensor, k: int, *,
+                   exact: bool, rel_tile: float, rel64: float, exclude_self: bool = False, self_offset: int = 0,
+                   block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
+                   stats: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` nearest references of every query row of ``S`` by (float64 exact score, index), in one launch.
+
+    Parameters
+    ----------
+    S : (n_query, n_ref) float32 or float64 tensor on a CUDA device
+        Tile scores: the exact score less ``offset``, within ``slack`` of it.
+    offset, slack : (n_query,) tensors
+        Per row, what completes a tile score and the bound on its error (float64 is best).
+    QT, RT : (d, n_query) and (d, n_ref) tensors, feature-major
+        The data whose float64 copies the exact scores are formed from.
+    k : int
+        Neighbours per query, 1 to ``PRODUCT_SELECT_MAX_K``.
+    exact : bool
+        ``S + offset`` are the exact scores (no re-score; ``slack`` unused).
+    rel_tile, rel64 : float
+        Relative rounding bounds of a tile score and of a float64 exact score.
+    exclude_self, self_offset : bool, int
+        Leave out the pair (query ``i``, reference ``i + self_offset``).
+    block_m, block_n, num_warps : int, optional
+        Launch shape (default :func:`default_product_blocks`).
+    stats : dict, optional
+        Receives ``rows_rescanned`` (added to what it holds): a one-element device
+        tensor counting the rows the certificate left open.
+
+    Returns
+    -------
+    scores : (n_query, k) float64, ascending; ``+inf`` where a query has fewer than k references
+    index : (n_query, k) int64, ``-1`` padding
+    """
+    if triton is None:
+        raise ValueError("product selection on the GPU needs the 'triton' package; use product_select_torch")
+    _check(S, offset, slack, QT, RT, k)
+    n_query, n_ref = S.shape
+    d = QT.shape[0]
+    if n_query == 0 or n_ref == 0:
+        return pad_topk(S.new_empty((n_query, 0), dtype=torch.float64), S.new_empty((n_query, 0), dtype=torch.int64), k)
+    S = S if S.stride(1) == 1 else S.contiguous()
+    QT = QT if QT.stride(1) == 1 else QT.contiguous()
+    RT = RT if RT.stride(1) == 1 else RT.contiguous()
+    offset, slack = offset.to(torch.float64).contiguous(), slack.to(torch.float64).contiguous()
+    C = max(2, 1 << (min(k, n_ref) - 1).bit_length())
+    keep = kept_candidates(k)
+    bm, bn, warps = default_product_blocks(keep)
+    bm, bn, warps = block_m or bm, block_n or bn, num_warps or warps
+    placed = bm * C * C <= _PLACED_MAX_COMPARISONS
+    width = min(k, C) if placed else C
+    scores = torch.empty((n_query, width), dtype=torch.float64, device=S.device)
+    index = torch.empty((n_query, width), dtype=torch.int64, device=S.device)
+    open_rows = torch.zeros(1, dtype=torch.int32, device=S.device)
+    wide = max(S.stride(0) * n_query, QT.stride(0) * d, RT.stride(0) * d, n_query * max(C, keep)) >= _WIDE_FROM
+    _product_select_kernel[(triton.cdiv(n_query, bm),)](
+        S, offset, slack, QT, RT, scores, index, open_rows, n_query, n_ref, self_offset, min(k, C), d,
+        S.stride(0), QT.stride(0), RT.stride(0), scores.stride(0), float(rel_tile), float(rel64),
+        CHUNK=EXACT_SUM_CHUNK, EXACT=bool(exact), EXCLUDE_SELF=exclude_self, C=C, KEEP=keep, BLOCK_M=bm, BLOCK_N=bn,
+        WIDE=wide, PLACED=placed, num_warps=warps, enable_fp_fusion=False,
+    )
+    if stats is not None:
+        stats["rows_rescanned"] = stats.get("rows_rescanned", 0) + open_rows  # a device tensor: no host wait
+    if placed:
+        return pad_topk(scores, index, k)
+    unused = index < 0  # placeholders: +inf of a list not yet full, -inf of the slots past k
+    index = torch.where(unused, PAD_INDEX, index)
+    scores = torch.where(unused, float("inf"), scores)
+    return pad_topk(*topk_by_score_then_index(scores, index, k), k)

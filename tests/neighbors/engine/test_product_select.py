@@ -1,0 +1,111 @@
+"""Searches at many features by one product and the product-selection kernel: routing, and on a GPU the
+same results as the dense path and the host, bit for bit, on tie-heavy wide data."""
+
+import numpy as np
+import pytest
+import torch
+
+from gpumine.core.distance import get_metric
+from gpumine.neighbors import kneighbors
+from gpumine.neighbors.engine import _product_select
+from gpumine.neighbors.engine._product_select import product_select_first
+from gpumine.neighbors.engine._search import knn_search
+
+
+def test_taken_first_by_shape():
+    assert not product_select_first(4207, 4207, 32)  # few features: the exact-selection kernel
+    assert product_select_first(4207, 4207, 57)
+    assert product_select_first(1966, 1966, 1555)
+    assert product_select_first(41_188, 41_188, 62)  # mid-size, one block of scores per query block
+    assert not product_select_first(202_599, 202_599, 39)  # large: fused or dense by a probe
+
+
+def _wide(kind, n, d, rng):
+    if kind == "grid":  # integer features (pixels, counts): exact float32 products, ties everywhere
+        return rng.integers(0, 17, size=(n, d)).astype(np.float32)
+    if kind == "duplicates":  # float rows repeated in blocks far larger than k
+        X = rng.standard_normal((n, d)).astype(np.float32)
+        X[: n // 3] = X[0]
+        return X
+    if kind == "far":  # clusters far from the origin: the products' error dwarfs the distances
+        return (1e4 + rng.standard_normal((n, d)) * 1e-2).astype(np.float32)
+    return rng.standard_normal((n, d)).astype(np.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["grid", "duplicates", "far", "float"])
+@pytest.mark.parametrize("k", [1, 20, 100])
+def test_equals_the_dense_path_and_the_host(kind, k, monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    X = _wide(kind, 3000, 57, np.random.default_rng(0))
+    ref = torch.from_numpy(X).cuda()
+    m = get_metric("euclidean")
+    found = {}
+    for on in (True, False):
+        monkeypatch.setattr(_product_select, "PRODUCT_SELECT", on)
+        stats = {}
+        found[on] = knn_search(ref, ref, k, m, exclude_self=True, device=ref.device, budget_bytes=1 << 28,
+                               result_device=ref.device, backend="auto", stats=stats, dedupe=False)
+        assert stats["selection"] == ("product_select" if on else "dense")
+    assert torch.equal(found[True][0], found[False][0]) and torch.equal(found[True][1], found[False][1])
+    monkeypatch.setattr(_product_select, "PRODUCT_SELECT", True)
+    gpu_d, gpu_i = kneighbors(X, k=k, device="cuda")
+    cpu_d, cpu_i = kneighbors(X, k=k, device="cpu")
+    np.testing.assert_array_equal(gpu_i, cpu_i)
+    np.testing.assert_array_equal(gpu_d, cpu_d)
+
+
+@pytest.mark.gpu
+def test_query_blocks_of_a_small_working_memory_and_other_queries():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    rng = np.random.default_rng(1)
+    R = torch.from_numpy(_wide("float", 5000, 100, rng)).cuda()
+    Q = torch.from_numpy(_wide("float", 700, 100, rng)).cuda()
+    m = get_metric("sqeuclidean")
+    for query, self_search in ((R, True), (Q, False)):
+        whole = knn_search(R, query, 5, m, exclude_self=self_search, device=R.device, budget_bytes=1 << 28,
+                           result_device=R.device, backend="auto", dedupe=False)
+        stats = {}
+        blocks = knn_search(R, query, 5, m, exclude_self=self_search, device=R.device, budget_bytes=1 << 20,
+                            result_device=R.device, backend="auto", dedupe=False, stats=stats)
+        assert stats["query_rows"] < query.shape[0]
+        assert torch.equal(whole[0], blocks[0]) and torch.equal(whole[1], blocks[1])
+
+
+@pytest.mark.gpu
+def test_float64_data_and_k_equal_to_the_references():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    X = 1e6 + np.random.default_rng(2).standard_normal((120, 40))
+    gpu_d, gpu_i = kneighbors(X, k=119, device="cuda")
+    cpu_d, cpu_i = kneighbors(X, k=119, device="cpu")
+    np.testing.assert_array_equal(gpu_i, cpu_i)
+    np.testing.assert_array_equal(gpu_d, cpu_d)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kinds", [["float", "far", "float"], ["grid", "grid", "float", "float"]])
+def test_replayed_graphs_equal_the_eager_path(kinds, monkeypatch):
+    """Small calls replay a captured product and selection; integer captures send float data the eager way."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    from gpumine.neighbors.engine import _graphs
+
+    _graphs.clear_search_graphs()
+    rng = np.random.default_rng(3)
+    for call, kind in enumerate(kinds):
+        X = _wide(kind, 900, 40, rng)
+        Q = _wide(kind, 300, 40, rng)
+        for args in ((X,), (X, Q)):
+            got = kneighbors(*args, k=7, device="cuda")
+            monkeypatch.setattr(_graphs, "GRAPH_SEARCHES", False)
+            want = kneighbors(*args, k=7, device="cuda")
+            monkeypatch.setattr(_graphs, "GRAPH_SEARCHES", True)
+            host = kneighbors(*args, k=7, device="cpu")
+            for a, b, c in zip(got, want, host):
+                np.testing.assert_array_equal(a, b)
+                np.testing.assert_array_equal(a, c)
+    if "grid" not in kinds:  # an integer capture meeting float data is dropped (the shape goes eager)
+        assert any(key[-1] == "product" for key in _graphs._graphs), "the repeated calls captured no product search"

@@ -1,0 +1,141 @@
+"""Product-selection Triton kernel vs its torch twin and a float64 NumPy oracle, and the search built on it.
+
+Collected directly on a GPU machine (``pytest tests/neighbors/engine/triton_product_select_cases.py``),
+and run by ``test_triton_kernels_under_the_interpreter.py`` in a child process with ``TRITON_INTERPRET=1``
+on machines without one (small shapes: the interpreter is slow).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from gpumine.core.distance import get_metric
+from gpumine.neighbors.engine._dense import _rel, integer_centre
+from gpumine.neighbors.engine._product_select import product_select_search
+from gpumine.neighbors.engine._product_select_kernel import PRODUCT_SELECT_MAX_K, product_select, product_select_torch
+from tests.neighbors.engine.triton_exact_select_cases import _oracle
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+ON_GPU = DEVICE == "cuda"
+SCALE = 16 if ON_GPU else 1
+L2 = get_metric("sqeuclidean")
+
+
+def _data(kind, n, d, rng):
+    if kind == "float":
+        return rng.standard_normal((n, d)).astype(np.float32)
+    if kind == "grid":  # integer grid: exact float32 products, many exact ties
+        return rng.integers(-2, 3, size=(n, d)).astype(np.float32)
+    if kind == "duplicates":  # float rows repeated in blocks larger than k: ties the bound cannot split
+        base = rng.standard_normal((max(1, n // 9), d)).astype(np.float32)
+        return np.repeat(base, 9, axis=0)[:n] if n >= 9 else base[:n]
+    if kind == "far":  # a tight cluster far from the origin: tile scores' error dwarfs the distances
+        return (1e4 + 1e-2 * rng.standard_normal((n, d))).astype(np.float32)
+    if kind == "equal":
+        return np.full((n, d), 3.25, dtype=np.float32)
+    raise ValueError(kind)
+
+
+def _operands(X, Y, tile_dtype, k, exclude_self=False):
+    """(S, offset, slack, exact) for queries X against references Y, as the search forms them."""
+    ref, query = torch.tensor(Y, device=DEVICE), torch.tensor(X, device=DEVICE)
+    centre = integer_centre(ref, query)
+    exact = centre is not None
+    dtype = torch.float32 if exact else tile_dtype
+    if not exact:
+        centre = L2.centre(ref.to(dtype))
+    Rp = L2.prepare(ref.to(dtype), centre, "ref")
+    Qp = L2.prepare(query.to(dtype), centre, "query")
+    S = Qp["rows"] @ Rp["rows"].T
+    offset, offset_error = L2.tile_offset(Qp, X.shape[1])
+    if exact:
+        slack = torch.zeros_like(offset, dtype=torch.float64)
+    else:
+        slack = L2.bounds(Qp, L2.ref_scale(Rp), X.shape[1], query.device, S[:, 0], S[:, 0])[0].double() + offset_error.double()
+    return S, offset.double(), slack, exact, _rel(dtype, X.shape[1]), _rel(torch.float64, X.shape[1])
+
+
+def _check(X, Y, k, tile_dtype=torch.float32, exclude_self=False, self_offset=0, **shape):
+    S, offset, slack, exact, rel_tile, rel64 = _operands(X, Y, tile_dtype, k)
+    QT = torch.tensor(X.T.copy(), device=DEVICE)
+    RT = torch.tensor(Y.T.copy(), device=DEVICE)
+    kw = dict(exact=exact, rel_tile=rel_tile, rel64=rel64, exclude_self=exclude_self, self_offset=self_offset)
+    stats = {}
+    scores, index = product_select(S, offset, slack, QT, RT, k, **kw, **shape, stats=stats)
+    twin_scores, twin_index = product_select_torch(S, offset, slack, QT, RT, k, **kw)
+    want_scores, want_index = _oracle(X, Y, k, "sqeuclidean", exclude_self, self_offset)
+    assert torch.equal(index.cpu(), twin_index.cpu())
+    assert torch.equal(scores.cpu(), twin_scores.cpu())
+    np.testing.assert_array_equal(index.cpu().numpy(), want_index)
+    np.testing.assert_array_equal(scores.cpu().numpy(), want_scores)
+    return exact, int(stats["rows_rescanned"])
+
+
+@pytest.mark.parametrize("kind, k, exact", [("float", 5, False), ("grid", 7, True), ("duplicates", 4, False),
+                                            ("far", 3, False), ("equal", 6, False)])
+@pytest.mark.parametrize("tile_dtype", [torch.float32, torch.float64])
+def test_kernel_equals_its_twin_and_the_oracle(kind, k, exact, tile_dtype):
+    rng = np.random.default_rng(0)
+    X = _data(kind, 23 * SCALE + 1, 35, rng)
+    Y = _data(kind, 41 * SCALE + 2, 35, rng) if kind != "equal" else X[:30]
+    found_exact, rescanned = _check(X, Y, k, tile_dtype, block_n=32)
+    assert found_exact == exact  # the integer grid's products are exact
+    if kind in ("duplicates", "equal"):  # ties across the margin: every row is rescanned
+        assert rescanned == X.shape[0]
+    elif kind == "float" or exact:
+        assert rescanned == 0
+
+
+@pytest.mark.parametrize("kind", ["float", "grid"])
+def test_self_search_of_a_query_prefix_and_one_chunk_of_features(kind):
+    rng = np.random.default_rng(1)
+    Y = _data(kind, 37 * SCALE, 9, rng)
+    _check(Y[3:20], Y, 5, torch.float64, exclude_self=True, self_offset=3, block_n=16)
+
+
+def test_lists_past_the_placed_size_and_k_above_the_references():
+    rng = np.random.default_rng(2)
+    Y = _data("grid", 90, 33, rng)
+    _check(Y[:7], Y, 70, torch.float64, block_n=32)  # C = 128: lists sorted after the kernel
+    _check(Y[:5], Y[:6], 9, torch.float64, block_n=32)  # padding past the references
+
+
+def test_argument_errors():
+    S = torch.zeros((3, 4), device=DEVICE)
+    zeros = torch.zeros(3, dtype=torch.float64, device=DEVICE)
+    QT, RT = torch.zeros((2, 3), device=DEVICE), torch.zeros((2, 4), device=DEVICE)
+    kw = dict(exact=True, rel_tile=0.0, rel64=0.0)
+    with pytest.raises(ValueError, match="k must be between 1 and"):
+        product_select(S, zeros, zeros, QT, RT, PRODUCT_SELECT_MAX_K + 1, **kw)
+    with pytest.raises(ValueError, match="offset and slack"):
+        product_select(S, zeros[:2], zeros, QT, RT, 2, **kw)
+    with pytest.raises(ValueError, match="feature-major"):
+        product_select(S, zeros, zeros, QT, RT[:, :3], 2, **kw)
+
+
+@pytest.mark.parametrize("kind", ["float", "grid", "far"])
+@pytest.mark.parametrize("self_search", [True, False])
+def test_search_in_query_blocks_equals_the_oracle(kind, self_search):
+    rng = np.random.default_rng(3)
+    Y = _data(kind, 45 * SCALE, 37, rng)
+    X = Y if self_search else _data(kind, 29 * SCALE, 37, rng)
+    ref = torch.tensor(Y, device=DEVICE)
+    query = ref if self_search else torch.tensor(X, device=DEVICE)
+    stats = {}
+    # a working memory of a few query rows per block
+    keys, index = product_select_search(ref, query, 6, get_metric("euclidean"), exclude_self=self_search,
+                                        budget_bytes=7 * (Y.shape[0] * 8 + 45 * 8), stats=stats)
+    assert stats["selection"] == "product_select" and stats["query_rows"] < X.shape[0]
+    want_scores, want_index = _oracle(X, Y, 6, "sqeuclidean", self_search)
+    np.testing.assert_array_equal(index.cpu().numpy(), want_index)
+    np.testing.assert_array_equal(keys.cpu().numpy(), want_scores)
+
+
+def test_search_of_float64_data_far_from_the_origin():
+    rng = np.random.default_rng(4)
+    Y = 1e6 + rng.standard_normal((33 * SCALE, 40))
+    ref = torch.tensor(Y, device=DEVICE)
+    keys, index = product_select_search(ref, ref, 4, get_metric("euclidean"), exclude_self=True, budget_bytes=1 << 20)
+    want_scores, want_index = _oracle(Y, Y, 4, "sqeuclidean", True)
+    np.testing.assert_array_equal(index.cpu().numpy(), want_index)
+    np.testing.assert_array_equal(keys.cpu().numpy(), want_scores)
