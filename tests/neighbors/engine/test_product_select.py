@@ -8,7 +8,7 @@ import torch
 from gpumine.core.distance import get_metric
 from gpumine.neighbors import kneighbors
 from gpumine.neighbors.engine import _product_select
-from gpumine.neighbors.engine._product_select import product_select_first
+from gpumine.neighbors.engine._product_select import product_select_first, product_select_if_integral
 from gpumine.neighbors.engine._search import knn_search
 
 
@@ -17,7 +17,12 @@ def test_taken_first_by_shape():
     assert product_select_first(4207, 4207, 57)
     assert product_select_first(1966, 1966, 1555)
     assert product_select_first(41_188, 41_188, 62)  # mid-size, one block of scores per query block
-    assert not product_select_first(202_599, 202_599, 39)  # large: fused or dense by a probe
+    assert not product_select_first(202_599, 202_599, 39)  # large: here only if its products are exact
+    assert product_select_if_integral(202_599, 202_599, 39) and not product_select_if_integral(202_599, 202_599, 9)
+    assert not product_select_if_integral(4207, 4207, 57)  # taken first already
+    assert product_select_first(49_534, 49_534, 27)  # large at more than one chunk of features
+    assert not product_select_first(19_020, 19_020, 27)  # mid-size at 17-32 features: the exact selection
+    assert not product_select_first(49_534, 49_534, 16)
 
 
 def _wide(kind, n, d, rng):
@@ -109,3 +114,29 @@ def test_replayed_graphs_equal_the_eager_path(kinds, monkeypatch):
                 np.testing.assert_array_equal(a, c)
     if "grid" not in kinds:  # an integer capture meeting float data is dropped (the shape goes eager)
         assert any(key[-1] == "product" for key in _graphs._graphs), "the repeated calls captured no product search"
+
+
+@pytest.mark.gpu
+def test_larger_searches_come_here_only_with_exact_products(monkeypatch):
+    """Past PRODUCT_SELECT_MAX_PAIRS pairs integer data runs here (equal to the path it would take otherwise);
+    continuous data goes on to the fused-or-dense choice."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    g = torch.Generator(device="cuda").manual_seed(4)
+    ref = torch.randint(0, 4, (1 << 17, 17), device="cuda", generator=g).float()
+    query = ref[: (1 << 15) + 1] + 1.0
+    assert query.shape[0] * ref.shape[0] > _product_select.PRODUCT_SELECT_MAX_PAIRS
+    m = get_metric("euclidean")
+    found = {}
+    for on in (True, False):
+        monkeypatch.setattr(_product_select, "PRODUCT_SELECT", on)
+        stats = {}
+        found[on] = knn_search(ref, query, 5, m, exclude_self=False, device=ref.device, budget_bytes=1 << 30,
+                               result_device=ref.device, backend="auto", stats=stats)
+        assert (stats["selection"] == "product_select") == on
+    assert torch.equal(found[True][0], found[False][0]) and torch.equal(found[True][1], found[False][1])
+    monkeypatch.setattr(_product_select, "PRODUCT_SELECT", True)
+    stats = {}
+    knn_search(ref + 0.5 * torch.rand(ref.shape, device="cuda", generator=g), query, 5, m, exclude_self=False,
+               device=ref.device, budget_bytes=1 << 30, result_device=ref.device, backend="auto", stats=stats)
+    assert stats.get("selection") != "product_select"

@@ -26,16 +26,25 @@ from ._dense import DenseReferences, _rel, dense_eligible, integer_centre, tile_
 from ._exact_select import EXACT_SELECT_FIRST_FEATURES
 from ._product_select_kernel import PRODUCT_SELECT_MAX_K, kept_candidates, product_select, product_select_available
 
-__all__ = ["product_select_supports", "product_select_first", "product_select_search", "select_block", "PRODUCT_SELECT",
-           "PRODUCT_SELECT_MIN_FEATURES", "PRODUCT_SELECT_MAX_PAIRS"]
+__all__ = ["product_select_supports", "product_select_first", "product_select_if_integral", "product_select_search", "select_block", "PRODUCT_SELECT",
+           "PRODUCT_SELECT_MIN_FEATURES", "PRODUCT_SELECT_LARGE_MIN_FEATURES", "PRODUCT_SELECT_LARGE_MIN_PAIRS",
+           "PRODUCT_SELECT_MAX_PAIRS", "PRODUCT_SELECT_INTEGRAL_MAX_PAIRS"]
 
 # False turns the path off (same-run A/B timings)
 PRODUCT_SELECT = True
-# Searches go here before any other choice from this many features (fewer: the exact-selection
-# kernel, whose float64 terms cost less than a product and its scores' round trip there) up to
-# PRODUCT_SELECT_MAX_PAIRS pairs; larger ones choose between the fused kernel and a dense pass.
+# Searches go here before any other choice from PRODUCT_SELECT_MIN_FEATURES features (fewer: the
+# exact-selection kernel, whose float64 terms cost less there than a product and its scores' round
+# trip), and from PRODUCT_SELECT_LARGE_MIN_FEATURES features when they have at least
+# PRODUCT_SELECT_LARGE_MIN_PAIRS pairs (ALOI, 49,534 x 27: half the exact-selection kernel's time),
+# up to PRODUCT_SELECT_MAX_PAIRS pairs. Larger ones come here up to PRODUCT_SELECT_INTEGRAL_MAX_PAIRS
+# pairs when their products are exact (integer data, see _dense.integer_centre: celeba, 202,599 x
+# 39, ran in half the time of its other path); continuous data that large ran faster on the fused
+# kernel (uniform 100,000 x 48). BENCHMARKS.md, "Design measurements quoted in the code".
 PRODUCT_SELECT_MIN_FEATURES = EXACT_SELECT_FIRST_FEATURES + 1
+PRODUCT_SELECT_LARGE_MIN_FEATURES = 17
+PRODUCT_SELECT_LARGE_MIN_PAIRS = 1 << 30
 PRODUCT_SELECT_MAX_PAIRS = 1 << 32
+PRODUCT_SELECT_INTEGRAL_MAX_PAIRS = 1 << 36
 
 
 def product_select_supports(metric: Metric, dtype: torch.dtype, d: int, k: int, device: torch.device, backend: str,
@@ -47,7 +56,15 @@ def product_select_supports(metric: Metric, dtype: torch.dtype, d: int, k: int, 
 
 def product_select_first(n_query: int, n_ref: int, d: int) -> bool:
     """Whether a search of this shape runs here before any other choice (see ``PRODUCT_SELECT_MIN_FEATURES``)."""
-    return d >= PRODUCT_SELECT_MIN_FEATURES and n_query * n_ref <= PRODUCT_SELECT_MAX_PAIRS
+    pairs = n_query * n_ref
+    return pairs <= PRODUCT_SELECT_MAX_PAIRS and (
+        d >= PRODUCT_SELECT_MIN_FEATURES or (d >= PRODUCT_SELECT_LARGE_MIN_FEATURES and pairs >= PRODUCT_SELECT_LARGE_MIN_PAIRS))
+
+
+def product_select_if_integral(n_query: int, n_ref: int, d: int) -> bool:
+    """Whether a search of this shape runs here when its products are exact (see ``PRODUCT_SELECT_INTEGRAL_MAX_PAIRS``)."""
+    return (PRODUCT_SELECT_MAX_PAIRS < n_query * n_ref <= PRODUCT_SELECT_INTEGRAL_MAX_PAIRS
+            and d >= PRODUCT_SELECT_LARGE_MIN_FEATURES)
 
 
 def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool,

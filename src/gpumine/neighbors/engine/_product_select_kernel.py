@@ -57,6 +57,8 @@ __all__ = ["product_select", "product_select_torch", "product_select_available",
 PRODUCT_SELECT_MAX_K = EXACT_SELECT_MAX_K
 # offsets of operands with this many elements or more are computed in 64 bits
 _WIDE_FROM = 2**31
+# False: self-searches scan from the first reference (same-run A/B timings)
+START_AT_OWN = True
 
 
 def product_select_available() -> bool:
@@ -112,7 +114,7 @@ if triton is not None:
         n_query, n_ref, self_offset, K, D,
         stride_s, stride_q_feat, stride_r_feat, stride_out, rel_tile, rel64,
         CHUNK: tl.constexpr, EXACT: tl.constexpr, EXCLUDE_SELF: tl.constexpr, C: tl.constexpr, KEEP: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr, PLACED: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr, PLACED: tl.constexpr, START_AT_OWN: tl.constexpr,
     ):
         pid_m = tl.program_id(0)
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -127,8 +129,17 @@ if triton is not None:
         near = tl.full((BLOCK_M, KEEP), float("inf"), tl.float64)
         near_id = tl.zeros((BLOCK_M, KEEP), tl.int32) - 1 - keep_slots[None, :]
         far, far_id = tl.reduce((near, near_id), 1, _higher)
-        for start in range(0, n_ref, BLOCK_N):
-            cols = start + lanes
+        # a self-search starts at its own tile and wraps around: where rows sit near their
+        # neighbours in index order, the list holds close candidates early and later tiles rarely
+        # insert (every comparison is by (score, id): the visiting order does not change the lists)
+        n_tiles = tl.cdiv(n_ref, BLOCK_N)
+        tile0 = 0
+        if EXCLUDE_SELF and START_AT_OWN:
+            tile0 = tl.minimum((pid_m * BLOCK_M + self_offset) // BLOCK_N, n_tiles - 1)
+        for t in range(0, n_tiles):
+            tile = tile0 + t
+            tile = tl.where(tile >= n_tiles, tile - n_tiles, tile)
+            cols = tile * BLOCK_N + lanes
             valid = row_ok[:, None] & (cols < n_ref)[None, :]
             if EXCLUDE_SELF:
                 valid = valid & (cols[None, :] != own[:, None])
@@ -211,8 +222,12 @@ if triton is not None:
 
 
 def default_product_blocks(C: int) -> tuple[int, int, int]:
-    """(block_m, block_n, num_warps): one query per program, so no row waits on another's insertions."""
-    return (1, 64, 1) if C <= 32 else (1, 128, 2)
+    """(block_m, block_n, num_warps) for ``C`` kept candidates: one query per program, so no row waits on
+    another's insertions. Measured fastest of eight shapes on the wide ADBench sets (BENCHMARKS.md,
+    "Design measurements quoted in the code")."""
+    if C <= 16:
+        return 1, 64, 1
+    return (1, 128, 1) if C <= 32 else (1, 128, 2)
 
 
 def kept_candidates(k: int) -> int:
@@ -312,7 +327,7 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
         S, offset, slack, QT, RT, scores, index, open_rows, n_query, n_ref, self_offset, min(k, C), d,
         S.stride(0), QT.stride(0), RT.stride(0), scores.stride(0), float(rel_tile), float(rel64),
         CHUNK=EXACT_SUM_CHUNK, EXACT=bool(exact), EXCLUDE_SELF=exclude_self, C=C, KEEP=keep, BLOCK_M=bm, BLOCK_N=bn,
-        WIDE=wide, PLACED=placed, num_warps=warps, enable_fp_fusion=False,
+        WIDE=wide, PLACED=placed, START_AT_OWN=START_AT_OWN, num_warps=warps, enable_fp_fusion=False,
     )
     if stats is not None:
         stats["rows_rescanned"] = stats.get("rows_rescanned", 0) + open_rows  # a device tensor: no host wait

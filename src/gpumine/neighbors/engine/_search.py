@@ -28,6 +28,10 @@ kernel's first pass leaves more than a few rows of a sample open
 (:func:`_runs_dense`), and on this engine otherwise. Of the searches that run
 dense, large ones at few features run on the exact-selection kernel instead
 (:mod:`._exact_select`: float64 scores selected in one launch, no certificate).
+Before any of these choices, small and mid-size L2 searches go straight to the
+exact-selection kernel at up to 32 features and to the product selection past
+that (:mod:`._product_select`: one product and one selection launch per query
+block, its certificate inside the kernel).
 """
 
 from __future__ import annotations
@@ -41,10 +45,11 @@ from ...core.distance import Metric
 from ...core.select import PAD_INDEX
 from ...core.tiles import TilePlan, copy_to_device, copy_to_host, iter_row_chunks, plan_tiles, same_device, tile_bytes
 from ._curve import _curve_applies
-from ._dense import dense_by_size, dense_eligible, dense_search
+from ._dense import dense_by_size, dense_eligible, dense_search, integer_centre
 from ._exact_select import (exact_select_applies, exact_select_first, exact_select_preferred, exact_select_search,
                             exact_select_supports)
-from ._product_select import product_select_first, product_select_search, product_select_supports
+from ._product_select import (product_select_first, product_select_if_integral, product_select_search,
+                              product_select_supports)
 from ._duplicates import DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
 from ._exact_tile_kernel import exact_tile_scores, scores_within
 from ._float64_order import FLOAT64_ORDER_METRICS, Float64Tiles, certified_rows, needs_float64_order, rescore
@@ -188,20 +193,24 @@ def knn_search(
         return out_scores, out_index
     # every path honours the same working-memory floor (the tile plan raises a clear error below it)
     plan_tiles(n_query, ref.shape[0], ref.shape[1], candidate_count(k, ref.shape[0]), ref.element_size(), budget_bytes)
+    product = _product_select_first(ref, query, k, metric, device, backend, precision, float64_order)
+    if product is None:  # a larger search whose data decides: exact (integer) products run there
+        ref, query = _resident(ref, query, device)
+        product = integer_centre(ref, query) is not None
+    if product:
+        # wide data, and large searches at more than one chunk of features: one product and one
+        # selection launch per query block, final float64 scores whatever the ties (see ._product_select)
+        ref, query = _resident(ref, query, device)
+        keys, index = product_select_search(ref, query, k, metric, exclude_self=exclude_self, budget_bytes=budget_bytes,
+                                            stats=stats)
+        scores = finish_scores(keys.to(out_scores.dtype), metric, as_distance, scale)
+        return copy_to_host(out_scores, scores), copy_to_host(out_index, index)
     if _exact_select_first(ref, query, k, metric, device, backend, precision, float64_order):
         # one launch, final float64 scores whatever the ties: no float64-order check, duplicate
         # search, probe or certificate first (see ._exact_select)
         ref, query = _resident(ref, query, device)
         keys, index = exact_select_search(ref, query, k, metric, exclude_self=exclude_self, budget_bytes=budget_bytes,
                                           stats=stats)
-        scores = finish_scores(keys.to(out_scores.dtype), metric, as_distance, scale)
-        return copy_to_host(out_scores, scores), copy_to_host(out_index, index)
-    if _product_select_first(ref, query, k, metric, device, backend, precision, float64_order):
-        # wider data: one product and one selection launch per query block, final float64
-        # scores whatever the ties (see ._product_select)
-        ref, query = _resident(ref, query, device)
-        keys, index = product_select_search(ref, query, k, metric, exclude_self=exclude_self, budget_bytes=budget_bytes,
-                                            stats=stats)
         scores = finish_scores(keys.to(out_scores.dtype), metric, as_distance, scale)
         return copy_to_host(out_scores, scores), copy_to_host(out_index, index)
     # host searches: KD-tree or BLAS (see _cpu_search); a self-search of part of the references
@@ -283,12 +292,19 @@ def _exact_select_first(ref, query, k, metric, device, backend, precision, float
             and (same_device(ref.device, device) or _fits_resident(ref, device)))
 
 
-def _product_select_first(ref, query, k, metric, device, backend, precision, float64_order) -> bool:
-    """Whether a search runs on the product-selection kernel before any other choice (see :func:`product_select_first`)."""
-    return ((float64_order or ref.dtype == torch.float64) and query.dtype == ref.dtype
+def _product_select_first(ref, query, k, metric, device, backend, precision, float64_order) -> bool | None:
+    """Whether a search runs on the product-selection kernel before any other choice (see :func:`product_select_first`).
+
+    None: if its products are exact (:func:`product_select_if_integral`).
+    """
+    if not ((float64_order or ref.dtype == torch.float64) and query.dtype == ref.dtype
             and product_select_supports(metric, ref.dtype, ref.shape[1], k, device, backend, precision)
-            and product_select_first(query.shape[0], ref.shape[0], ref.shape[1])
-            and (same_device(ref.device, device) or _fits_resident(ref, device)))
+            and (same_device(ref.device, device) or _fits_resident(ref, device))):
+        return False
+    n_query, n_ref, d = query.shape[0], ref.shape[0], ref.shape[1]
+    if product_select_first(n_query, n_ref, d):
+        return True
+    return None if product_select_if_integral(n_query, n_ref, d) else False
 
 
 def _dense_eligible(ref, metric, float64_order, device, backend, precision) -> bool:
