@@ -100,6 +100,26 @@ def test_data_at_the_ends_of_the_range_takes_the_scaled_path(scale, launches):
     assert np.isfinite(d_cpu).all() and (d_cpu > 0).all()
 
 
+def test_data_asking_for_range_scaling_stays_on_the_one_launch_path(launches, monkeypatch):
+    """Tiny nonzero values (ADBench pendigits holds 1.3e-16 beside 1.0) ask the engine to scale; the float64
+    scores of the unscaled data give the same float32 results, so the call needs no second search."""
+    from gpumine.neighbors import _api
+
+    rng = np.random.default_rng(5)
+    X = (rng.integers(0, 101, size=(700, 16)) / 100).astype(np.float32)
+    X[rng.random(X.shape) < 0.01] = np.float32(1.3e-16)
+    d_cpu, i_cpu = kneighbors(X, k=6, device="cpu")
+
+    def eager(*args, **kwargs):
+        raise AssertionError("went on to the eager path")
+
+    monkeypatch.setattr(_api, "_search", eager)
+    d_gpu, i_gpu = kneighbors(torch.from_numpy(X).cuda(), k=6)
+    assert len(launches) == 1
+    np.testing.assert_array_equal(i_gpu.cpu().numpy(), i_cpu)
+    np.testing.assert_array_equal(d_gpu.cpu().numpy(), d_cpu)
+
+
 def test_float64_data_and_large_k_go_elsewhere(launches):
     X = np.random.default_rng(3).standard_normal((200, 6))
     d64, i64 = kneighbors(torch.from_numpy(X).cuda(), k=5)

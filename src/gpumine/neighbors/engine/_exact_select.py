@@ -145,7 +145,8 @@ def search_small(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric,
     caller raises; the results mean nothing). None where the search is not small
     (see :func:`exact_select_first`; every query block in one program, the
     references unsplit), or where the data's magnitudes ask for the engine's
-    range scaling (``._magnitude``), which forms reported distances differently.
+    range widening or scaling (``._magnitude``) and the results could differ
+    from that path's (float64 scores outside float32's normal range).
     ``ref``/``query``: float32, on ``device`` or in host memory; ``query is ref``
     when ``exclude_self``. Distances as the engine reports them, bit for bit.
     """
@@ -172,6 +173,30 @@ def search_small(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric,
     found = extremes.cpu().numpy()  # the one host wait
     if found[:, 0].any():
         return scores, index, False
-    if arithmetic(torch.float32, float(found[:, 1].max()), float(found[:, 2].min())) != (torch.float32, None):
+    dtype, scale = arithmetic(torch.float32, float(found[:, 1].max()), float(found[:, 2].min()))
+    if dtype != torch.float32 or (scale is not None and not _unscaled_equal(scores, index, QT, RT, metric.name == "euclidean")):
         return None
     return scores, index, True
+
+
+# Outputs at least this far above zero (a distance, or a squared one) come from float64 scores in
+# float32's normal range, where rounding to float32 and the IEEE square root commute with a
+# power-of-two scale: the engine's range scaling (._magnitude) would report the same values.
+_UNSCALED_DISTANCE_FLOOR = 2.0**-62
+_UNSCALED_SCORE_FLOOR = 2.0**-124
+
+
+def _unscaled_equal(scores: torch.Tensor, index: torch.Tensor, QT: torch.Tensor, RT: torch.Tensor, as_distance: bool) -> bool:
+    """Whether float32 results of unscaled data equal those of the engine's scaled search (one host wait).
+
+    Scaling by a power of two is exact in float64 and, for values in float32's
+    normal range, in the rounding to float32 and the square root too: every
+    result must be finite and far enough from float32's subnormals, or zero for
+    an exact duplicate (a nonzero score too small for float32 also rounds to
+    zero). ``QT``/``RT``: the queries and references, feature-major.
+    """
+    floor = _UNSCALED_DISTANCE_FLOOR if as_distance else _UNSCALED_SCORE_FLOOR
+    fine = torch.isfinite(scores) & ((scores == 0) | (scores >= floor))
+    zero = scores == 0
+    duplicate = (RT[:, index.clamp_min(0)] == QT[:, :, None]).all(0)
+    return bool((fine & (~zero | duplicate)).all())
