@@ -103,9 +103,9 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
                 keys_out = torch.empty((n_query, k), dtype=torch.float64, device=device)
                 index_out = torch.empty((n_query, k), dtype=torch.int64, device=device)
             keys_out[q0:q1], index_out[q0:q1] = keys, index
-    if stats is not None:
+    if stats is not None:  # asked for: one host wait for the count of rows the certificate left open
         stats.update(selection="product_select", candidates=kept_candidates(k), query_rows=rows, scores_exact=refs.exact,
-                     tile_dtype=str(refs.tile_dtype).replace("torch.", ""))
+                     tile_dtype=str(refs.tile_dtype).replace("torch.", ""), rows_rescanned=int(stats.get("rows_rescanned", 0)))
     return keys_out, index_out
 
 
