@@ -136,18 +136,26 @@ if triton is not None:
         tile0 = 0
         if EXCLUDE_SELF and START_AT_OWN:
             tile0 = tl.minimum((pid_m * BLOCK_M + self_offset) // BLOCK_N, n_tiles - 1)
+        # each step loads the next tile before working on this one: the scan waits on memory once,
+        # not once per tile
+        cols = tile0 * BLOCK_N + lanes
+        valid = row_ok[:, None] & (cols < n_ref)[None, :]
+        if EXCLUDE_SELF:
+            valid = valid & (cols[None, :] != own[:, None])
+        s = tl.load(S + rows[:, None] * stride_s + cols[None, :], mask=valid, other=0.0)
         for t in range(0, n_tiles):
-            tile = tile0 + t
+            tile = tile0 + t + 1
             tile = tl.where(tile >= n_tiles, tile - n_tiles, tile)
-            cols = tile * BLOCK_N + lanes
-            valid = row_ok[:, None] & (cols < n_ref)[None, :]
+            next_cols = tile * BLOCK_N + lanes
+            next_valid = row_ok[:, None] & ((next_cols < n_ref) & ((lanes * 0 + t + 1) < n_tiles))[None, :]
             if EXCLUDE_SELF:
-                valid = valid & (cols[None, :] != own[:, None])
-            s = tl.load(S + rows[:, None] * stride_s + cols[None, :], mask=valid, other=0.0).to(tl.float64)
-            approx = tl.where(valid, s + offset[:, None], float("inf"))
+                next_valid = next_valid & (next_cols[None, :] != own[:, None])
+            next_s = tl.load(S + rows[:, None] * stride_s + next_cols[None, :], mask=next_valid, other=0.0)
+            approx = tl.where(valid, s.to(tl.float64) + offset[:, None], float("inf"))
             if tl.max((tl.min(approx, 1) <= far).to(tl.int32), 0) > 0:
                 id_grid = cols.to(tl.int32)[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
                 near, near_id, far, far_id = _insert(near, near_id, far, far_id, approx, id_grid)
+            cols, valid, s = next_cols, next_valid, next_s
         # 2. the kept references scored exactly (their features gathered), then the K best of them
         member = near_id >= 0
         if EXACT:  # the tile scores plus the offset are the exact scores
