@@ -91,6 +91,26 @@ def test_squared_distances_beyond_float32_come_back_infinite_and_distances_finit
     assert np.isinf(d2).all() and np.array_equal(i, i2)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_scaled_squared_distances_are_unscaled_without_leaving_float32s_range(device):
+    """Data scaled by 2^66 (tiny values beside one at 2^-105) has squared distances near 1e-19: the scale's
+    square (2^132) is beyond float32, the results are not; and a duplicate of huge data scores 0, not NaN."""
+    skip_if_no_cuda(device)
+    rng = np.random.default_rng(3)
+    X = (rng.uniform(0.5, 1, (60, 3)) * 2.0**-30).astype(np.float32)
+    X[0, 0] = np.float32(2.0**-105)
+    d, i = kneighbors(X, k=3, metric="sqeuclidean", device=device)
+    ref_d, ref_i, _ = brute_force_knn(X, X, 3, "sqeuclidean", exclude_self=True)
+    np.testing.assert_array_equal(i, ref_i)
+    assert (d > 0).all()
+    np.testing.assert_allclose(d, ref_d.astype(np.float32), rtol=2e-7)
+    Y = (rng.uniform(0.5, 1, (30, 2)) * 2.0**37).astype(np.float32)
+    Y[:, 1] = (rng.uniform(0.5, 1, 30) * 2.0**116).astype(np.float32)
+    Y[5] = Y[4]
+    d2, i2 = kneighbors(Y, k=2, metric="sqeuclidean", device=device)
+    assert not np.isnan(d2).any() and d2[4, 0] == 0 and d2[5, 0] == 0
+
+
 def _lof_float64(X, k):
     """Textbook LOF (scikit-learn's definition) in float64 by direct differences."""
     _, nb, D = brute_force_knn(X, X, k, exclude_self=True)

@@ -98,6 +98,16 @@ def test_lists_past_the_placed_size_and_k_above_the_references():
     Y = _data("grid", 90, 33, rng)
     _check(Y[:7], Y, 70, torch.float64, block_n=32)  # C = 128: lists sorted after the kernel
     _check(Y[:5], Y[:6], 9, torch.float64, block_n=32)  # padding past the references
+    F = _data("float", 90, 33, rng)
+    _check(F[:7], F, 70, torch.float64, block_n=32)  # re-scored, lists sorted after the kernel
+    _check(F[:5], F[:6], 9, torch.float64, block_n=32)
+
+
+def test_rows_holding_every_reference_are_final_without_a_rescan():
+    rng = np.random.default_rng(5)
+    Y = _data("float", 10, 40, rng)  # fewer references than the 16 candidates kept for k = 5
+    exact, rescanned = _check(Y, Y, 5, torch.float64, exclude_self=True, block_n=32)
+    assert not exact and rescanned == 0
 
 
 def test_argument_errors():

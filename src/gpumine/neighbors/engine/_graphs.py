@@ -266,7 +266,8 @@ def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision
         item = 8 if tile_dtype_for(device) == torch.float64 else 4
         # one block: every score row and the candidates' re-score temporaries within the budget
         if product:  # the scores, the prepared rows and the feature-major copies
-            block_bytes = query.shape[0] * (ref.shape[0] * item + (ref.shape[1] + 8) * 8) + 2 * ref.numel() * 4
+            block_bytes = (query.shape[0] * (ref.shape[0] * item + (ref.shape[1] + 8) * 8)
+                           + 4 * (ref.numel() + (0 if exclude_self else query.numel())))
         else:
             block_bytes = query.shape[0] * (ref.shape[0] * item * 2 + candidates_for(k, available, True) * (ref.shape[1] + 4) * 24)
         with _lock:

@@ -110,9 +110,9 @@ if triton is not None:
 
     @triton.jit(do_not_specialize=["n_query", "n_ref", "self_offset", "K", "D"])
     def _product_select_kernel(
-        S, OFFSET, SLACK, QT, RT, OUT_SCORE, OUT_INDEX, OPEN_ROWS,
+        S, OFFSET, SLACK, MARGINS, QT, RT, OUT_SCORE, OUT_INDEX, OPEN_ROWS,
         n_query, n_ref, self_offset, K, D,
-        stride_s, stride_q_feat, stride_r_feat, stride_out, rel_tile, rel64,
+        stride_s, stride_q_feat, stride_r_feat, stride_out,
         CHUNK: tl.constexpr, EXACT: tl.constexpr, EXCLUDE_SELF: tl.constexpr, C: tl.constexpr, KEEP: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr, PLACED: tl.constexpr, START_AT_OWN: tl.constexpr,
     ):
@@ -186,9 +186,15 @@ if triton is not None:
             # (grown by its own rounding) is under that is final. Others rescan their scores,
             # scoring exactly each lane within reach of their worst entry (ties, near-ties).
             slack = tl.load(SLACK + rows, mask=row_ok, other=0.0).to(tl.float64)
-            least_out = far - slack
+            # the relative rounding bounds, read as float64 (scalar arguments would be float32,
+            # where 1 + rel64 is 1)
+            rel_tile = tl.load(MARGINS).to(tl.float64)
+            grow = 1.0 + tl.load(MARGINS + 1).to(tl.float64)
+            # a row whose kept list is not full holds every reference: final as it is
+            full = far < float("inf")
+            least_out = tl.where(full, far, 0.0) - slack
             least_out = least_out - tl.abs(least_out) * rel_tile
-            open_row = row_ok & ~(worst * (1.0 + rel64) < least_out)
+            open_row = row_ok & full & ~(worst * grow < least_out)
             if tl.max(open_row.to(tl.int32), 0) > 0:
                 tl.atomic_add(OPEN_ROWS, tl.sum(open_row.to(tl.int32), 0))
                 for start in range(0, n_ref, BLOCK_N):
@@ -203,7 +209,7 @@ if triton is not None:
                     kept = (approx < far[:, None]) | ((approx == far[:, None]) & (ids <= far_id[:, None]))
                     low = approx - slack[:, None]
                     low = low - tl.abs(low) * rel_tile
-                    maybe = valid & ~kept & (low <= worst[:, None] * (1.0 + rel64))
+                    maybe = valid & ~kept & (low <= worst[:, None] * grow)
                     if tl.max(tl.max(maybe.to(tl.int32), 1), 0) > 0:
                         need = tl.max(maybe.to(tl.int32), 0) > 0
                         acc = _exact64_lanes(QT, RT, rows, cols, row_ok, need, D, stride_q_feat, stride_r_feat,
@@ -253,6 +259,8 @@ def _check(S, offset, slack, QT, RT, k):
     if QT.dim() != 2 or RT.dim() != 2 or QT.shape[0] != RT.shape[0] or QT.shape[1] != n_query or RT.shape[1] != n_ref:
         raise ValueError(f"QT and RT must be feature-major (d, n_query) and (d, n_ref) matching S {tuple(S.shape)}; "
                          f"got {tuple(QT.shape)} and {tuple(RT.shape)}")
+    if n_ref >= 2**31:
+        raise ValueError(f"product selection takes fewer than 2^31 references (32-bit ids); got {n_ref}")
     if not 1 <= k <= PRODUCT_SELECT_MAX_K:
         raise ValueError(f"k must be between 1 and {PRODUCT_SELECT_MAX_K} for the product selection kernel; got {k}")
 
@@ -330,10 +338,14 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     scores = torch.empty((n_query, width), dtype=torch.float64, device=S.device)
     index = torch.empty((n_query, width), dtype=torch.int64, device=S.device)
     open_rows = torch.zeros(1, dtype=torch.int32, device=S.device)
+    # float64 on the device, filled by kernels (no host copy: the launch may be captured in a graph)
+    margins = torch.empty(2, dtype=torch.float64, device=S.device)
+    margins[0].fill_(float(rel_tile))
+    margins[1].fill_(float(rel64))
     wide = max(S.stride(0) * n_query, QT.stride(0) * d, RT.stride(0) * d, n_query * max(C, keep)) >= _WIDE_FROM
     _product_select_kernel[(triton.cdiv(n_query, bm),)](
-        S, offset, slack, QT, RT, scores, index, open_rows, n_query, n_ref, self_offset, min(k, C), d,
-        S.stride(0), QT.stride(0), RT.stride(0), scores.stride(0), float(rel_tile), float(rel64),
+        S, offset, slack, margins, QT, RT, scores, index, open_rows, n_query, n_ref, self_offset, min(k, C), d,
+        S.stride(0), QT.stride(0), RT.stride(0), scores.stride(0),
         CHUNK=EXACT_SUM_CHUNK, EXACT=bool(exact), EXCLUDE_SELF=exclude_self, C=C, KEEP=keep, BLOCK_M=bm, BLOCK_N=bn,
         WIDE=wide, PLACED=placed, START_AT_OWN=START_AT_OWN, num_warps=warps, enable_fp_fusion=False,
     )

@@ -304,7 +304,9 @@ def _product_select_first(ref, query, k, metric, device, backend, precision, flo
     n_query, n_ref, d = query.shape[0], ref.shape[0], ref.shape[1]
     if product_select_first(n_query, n_ref, d):
         return True
-    return None if product_select_if_integral(n_query, n_ref, d) else False
+    # only float32 data can have exact products (see integer_centre), and the queries must fit too
+    return None if (product_select_if_integral(n_query, n_ref, d) and ref.dtype == torch.float32
+                    and (query is ref or same_device(query.device, device) or _fits_resident(query, device))) else False
 
 
 def _dense_eligible(ref, metric, float64_order, device, backend, precision) -> bool:
@@ -479,10 +481,11 @@ def finish_scores(scores: torch.Tensor, metric: Metric, as_distance: bool, scale
     if as_distance:
         # distances are formed before unscaling: a tiny distance survives where its square would not
         scores = metric.to_distance(scores)
-        if scale is not None:
-            scores /= scale ** metric.distance_power
-    elif scale is not None:
-        scores /= scale ** metric.scale_power
+    if scale is not None:
+        # in float64: the power of the scale can leave float32's range where the result does not
+        # (dividing by a power of two is exact; the one rounding is to the data's dtype)
+        power = metric.distance_power if as_distance else metric.scale_power
+        scores = (scores.double() / scale**power).to(scores.dtype)
     return scores
 
 
