@@ -198,21 +198,21 @@ if triton is not None:
             if tl.max(open_row.to(tl.int32), 0) > 0:
                 tl.atomic_add(OPEN_ROWS, tl.sum(open_row.to(tl.int32), 0))
                 for start in range(0, n_ref, BLOCK_N):
-                    cols = start + lanes
-                    ids = cols.to(tl.int32)[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
-                    valid = open_row[:, None] & (cols < n_ref)[None, :]
+                    rescan_cols = start + lanes
+                    ids = rescan_cols.to(tl.int32)[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
+                    rescan_valid = open_row[:, None] & (rescan_cols < n_ref)[None, :]
                     if EXCLUDE_SELF:
-                        valid = valid & (cols[None, :] != own[:, None])
-                    s = tl.load(S + rows[:, None] * stride_s + cols[None, :], mask=valid, other=0.0).to(tl.float64)
-                    approx = s + offset[:, None]
+                        rescan_valid = rescan_valid & (rescan_cols[None, :] != own[:, None])
+                    rescan_s = tl.load(S + rows[:, None] * stride_s + rescan_cols[None, :], mask=rescan_valid, other=0.0)
+                    approx = rescan_s.to(tl.float64) + offset[:, None]
                     # the kept references are in the list already
                     kept = (approx < far[:, None]) | ((approx == far[:, None]) & (ids <= far_id[:, None]))
                     low = approx - slack[:, None]
                     low = low - tl.abs(low) * rel_tile
-                    maybe = valid & ~kept & (low <= worst[:, None] * grow)
+                    maybe = rescan_valid & ~kept & (low <= worst[:, None] * grow)
                     if tl.max(tl.max(maybe.to(tl.int32), 1), 0) > 0:
                         need = tl.max(maybe.to(tl.int32), 0) > 0
-                        acc = _exact64_lanes(QT, RT, rows, cols, row_ok, need, D, stride_q_feat, stride_r_feat,
+                        acc = _exact64_lanes(QT, RT, rows, rescan_cols, row_ok, need, D, stride_q_feat, stride_r_feat,
                                              CHUNK, BLOCK_M, BLOCK_N, WIDE)
                         acc = tl.where(maybe, acc, float("inf"))
                         if tl.max((tl.min(acc, 1) <= worst).to(tl.int32), 0) > 0:
