@@ -81,6 +81,35 @@ if triton is not None:
         return tl.where(first, s1, s2), tl.where(first, i1, i2)
 
     @triton.jit
+    def _insert(best, best_id, worst, worst_id, acc, ids):
+        """Every lane of ``acc`` that beats its row's worst entry by (score, id) replaces it, best lanes first.
+
+        ``ids``: each lane's id, one per row and lane. Ids are distinct among a row's slots
+        (unfilled ones hold distinct negative ids), so the worst entry is found by its id alone.
+        """
+        later = (acc > worst[:, None]) | ((acc == worst[:, None]) & (ids > worst_id[:, None]))
+        acc = tl.where(later, float("inf"), acc)
+        low, low_id = tl.reduce((acc, ids), 1, _lower)
+        while tl.max((low < float("inf")).to(tl.int32), 0) > 0:
+            put = (best_id == worst_id[:, None]) & (low < float("inf"))[:, None]
+            best = tl.where(put, low[:, None], best)
+            best_id = tl.where(put, low_id[:, None], best_id)
+            worst, worst_id = tl.reduce((best, best_id), 1, _higher)
+            taken = ids == low_id[:, None]
+            later = (acc > worst[:, None]) | ((acc == worst[:, None]) & (ids > worst_id[:, None]))
+            acc = tl.where(taken | later, float("inf"), acc)
+            low, low_id = tl.reduce((acc, ids), 1, _lower)
+        return best, best_id, worst, worst_id
+
+    @triton.jit
+    def _places(best, best_id, K):
+        """Each slot's place in its row's list by (score, id), counting the first ``K`` slots only."""
+        kept = tl.arange(0, best.shape[1]) < K
+        before = (best[:, None, :] < best[:, :, None]) | (
+            (best[:, None, :] == best[:, :, None]) & (best_id[:, None, :] < best_id[:, :, None]))
+        return tl.sum((before & kept[None, None, :]).to(tl.int32), 2)
+
+    @triton.jit
     def _extremes(XT, start, step, n, stride_feat, D: tl.constexpr, BLOCK: tl.constexpr):
         """(non-finite values, largest finite magnitude, smallest nonzero magnitude) of rows start, start + step, ..."""
         bad = tl.zeros((BLOCK,), tl.float32)
@@ -185,32 +214,14 @@ if triton is not None:
             # the common case: no lane of any row reaches its worst entry, one reduction
             if tl.max((tl.min(acc, 1) <= worst).to(tl.int32), 0) > 0:
                 # lanes that cannot enter (after the worst by (score, id); +inf never does) drop out
-                later = (acc > worst[:, None]) | ((acc == worst[:, None]) & (ids[None, :] > worst_id[:, None]))
-                acc = tl.where(later, float("inf"), acc)
-                # ids are distinct among a row's slots (unfilled ones hold distinct negative ids),
-                # so the worst entry is found by its id alone
                 id_grid = ids[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
-                low, low_id = tl.reduce((acc, id_grid), 1, _lower)
-                while tl.max((low < float("inf")).to(tl.int32), 0) > 0:
-                    # the row's best remaining lane by (score, id) replaces its worst entry
-                    put = (best_id == worst_id[:, None]) & (low < float("inf"))[:, None]
-                    best = tl.where(put, low[:, None], best)
-                    best_id = tl.where(put, low_id[:, None], best_id)
-                    worst, worst_id = tl.reduce((best, best_id), 1, _higher)
-                    taken = ids[None, :] == low_id[:, None]
-                    later = (acc > worst[:, None]) | ((acc == worst[:, None]) & (ids[None, :] > worst_id[:, None]))
-                    acc = tl.where(taken | later, float("inf"), acc)
-                    low, low_id = tl.reduce((acc, id_grid), 1, _lower)
+                best, best_id, worst, worst_id = _insert(best, best_id, worst, worst_id, acc, id_grid)
         if PLACED:
             # one list per row: each entry goes straight to its place, (score, id) ascending,
             # unfilled entries as padding (+inf, -1)
-            kept = slots < K
-            before = (best[:, None, :] < best[:, :, None]) | (
-                (best[:, None, :] == best[:, :, None]) & (best_id[:, None, :] < best_id[:, :, None]))
-            place = tl.sum((before & kept[None, None, :]).to(tl.int32), 2)
             unfilled = best_id < 0
-            out = rows[:, None] * stride_out + place
-            keep = row_ok[:, None] & kept[None, :]
+            out = rows[:, None] * stride_out + _places(best, best_id, K)
+            keep = row_ok[:, None] & (slots < K)[None, :]
             value = tl.where(unfilled, float("inf"), best)
             if OUT32:
                 # the score rounded to float32 (as the engine reports float32 data), its distance

@@ -67,46 +67,28 @@ def product_select_available() -> bool:
 
 
 if triton is not None:
-    from ._exact_select_kernel import _higher, _lower
+    from ._exact_select_kernel import _higher, _insert, _places
 
     @triton.jit
-    def _exact64_lanes(QT, RT, rows, cols, row_ok, need, D, stride_q_feat, stride_r_feat,
-                       CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr):
+    def _exact64(QT, RT, rows, ids, row_ok, ref_ok, D, stride_q_feat, stride_r_feat, CHUNK: tl.constexpr,
+                 WIDE: tl.constexpr):
         # Metric.exact_scores' order at any d: chunks of CHUNK features, each summed left to right
         # from zero (0 + t is t), chunk sums added left to right; features past D add +0.0, which
-        # leaves a non-negative sum as it is. Only the references of lanes in `need` are read.
-        total = tl.zeros((BLOCK_M, BLOCK_N), tl.float64)
+        # leaves a non-negative sum as it is. `ids` (one per row and lane) are the references
+        # scored; only those in `ref_ok` are read.
+        total = tl.zeros(ids.shape, tl.float64)
         for c0 in range(0, D, CHUNK):
-            part = tl.zeros((BLOCK_M, BLOCK_N), tl.float64)
+            part = tl.zeros(ids.shape, tl.float64)
             for j in tl.static_range(CHUNK):
                 f = c0 + j
                 if WIDE:
                     f = f.to(tl.int64)
-                q_ok = row_ok & ((rows * 0 + f) < D)
-                r_ok = need & ((cols * 0 + f) < D)
-                q = tl.load(QT + f * stride_q_feat + rows, mask=q_ok, other=0.0).to(tl.float64)
-                r = tl.load(RT + f * stride_r_feat + cols, mask=r_ok, other=0.0).to(tl.float64)
-                diff = q[:, None] - r[None, :]
+                q = tl.load(QT + f * stride_q_feat + rows, mask=row_ok & ((rows * 0 + f) < D), other=0.0).to(tl.float64)
+                r = tl.load(RT + f * stride_r_feat + ids, mask=ref_ok & ((ids * 0 + f) < D), other=0.0).to(tl.float64)
+                diff = q[:, None] - r
                 part = part + diff * diff
             total = total + part
         return total
-
-    @triton.jit
-    def _insert(best, best_id, worst, worst_id, acc, ids):
-        """Every lane of ``acc`` that beats its row's worst entry by (score, id) replaces it, best lanes first."""
-        later = (acc > worst[:, None]) | ((acc == worst[:, None]) & (ids > worst_id[:, None]))
-        acc = tl.where(later, float("inf"), acc)
-        low, low_id = tl.reduce((acc, ids), 1, _lower)
-        while tl.max((low < float("inf")).to(tl.int32), 0) > 0:
-            put = (best_id == worst_id[:, None]) & (low < float("inf"))[:, None]
-            best = tl.where(put, low[:, None], best)
-            best_id = tl.where(put, low_id[:, None], best_id)
-            worst, worst_id = tl.reduce((best, best_id), 1, _higher)
-            taken = ids == low_id[:, None]
-            later = (acc > worst[:, None]) | ((acc == worst[:, None]) & (ids > worst_id[:, None]))
-            acc = tl.where(taken | later, float("inf"), acc)
-            low, low_id = tl.reduce((acc, ids), 1, _lower)
-        return best, best_id, worst, worst_id
 
     @triton.jit(do_not_specialize=["n_query", "n_ref", "self_offset", "K", "D"])
     def _product_select_kernel(
@@ -161,19 +143,7 @@ if triton is not None:
         if EXACT:  # the tile scores plus the offset are the exact scores
             exact = near
         else:
-            exact = tl.zeros((BLOCK_M, KEEP), tl.float64)
-            for c0 in range(0, D, CHUNK):
-                part = tl.zeros((BLOCK_M, KEEP), tl.float64)
-                for j in tl.static_range(CHUNK):
-                    f = c0 + j
-                    if WIDE:
-                        f = f.to(tl.int64)
-                    q = tl.load(QT + f * stride_q_feat + rows, mask=row_ok & ((rows * 0 + f) < D), other=0.0).to(tl.float64)
-                    r = tl.load(RT + f * stride_r_feat + near_id, mask=member & ((near_id * 0 + f) < D),
-                                other=0.0).to(tl.float64)
-                    diff = q[:, None] - r
-                    part = part + diff * diff
-                exact = exact + part
+            exact = _exact64(QT, RT, rows, near_id, row_ok, member, D, stride_q_feat, stride_r_feat, CHUNK, WIDE)
             exact = tl.where(member, exact, float("inf"))
         slots = tl.arange(0, C)
         best = tl.where(slots[None, :] < K, float("inf"), float("-inf")) + tl.zeros((BLOCK_M, C), tl.float64)
@@ -211,22 +181,18 @@ if triton is not None:
                     low = low - tl.abs(low) * rel_tile
                     maybe = rescan_valid & ~kept & (low <= worst[:, None] * grow)
                     if tl.max(tl.max(maybe.to(tl.int32), 1), 0) > 0:
-                        need = tl.max(maybe.to(tl.int32), 0) > 0
-                        acc = _exact64_lanes(QT, RT, rows, rescan_cols, row_ok, need, D, stride_q_feat, stride_r_feat,
-                                             CHUNK, BLOCK_M, BLOCK_N, WIDE)
+                        # the lanes any of the block's rows needs
+                        need = (tl.max(maybe.to(tl.int32), 0) > 0)[None, :] & row_ok[:, None]
+                        acc = _exact64(QT, RT, rows, ids, row_ok, need, D, stride_q_feat, stride_r_feat, CHUNK, WIDE)
                         acc = tl.where(maybe, acc, float("inf"))
                         if tl.max((tl.min(acc, 1) <= worst).to(tl.int32), 0) > 0:
                             best, best_id, worst, worst_id = _insert(best, best_id, worst, worst_id, acc, ids)
         if PLACED:
             # one list per row: each entry goes straight to its place, (score, id) ascending,
             # unfilled entries as padding (+inf, -1)
-            kept_slot = slots < K
-            before = (best[:, None, :] < best[:, :, None]) | (
-                (best[:, None, :] == best[:, :, None]) & (best_id[:, None, :] < best_id[:, :, None]))
-            place = tl.sum((before & kept_slot[None, None, :]).to(tl.int32), 2)
             unfilled = best_id < 0
-            out = rows[:, None] * stride_out + place
-            keep = row_ok[:, None] & kept_slot[None, :]
+            out = rows[:, None] * stride_out + _places(best, best_id, K)
+            keep = row_ok[:, None] & (slots < K)[None, :]
             tl.store(OUT_SCORE + out, tl.where(unfilled, float("inf"), best), mask=keep)
             tl.store(OUT_INDEX + out, tl.where(unfilled, -1, best_id).to(tl.int64), mask=keep)
         else:
