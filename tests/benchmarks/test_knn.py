@@ -168,6 +168,8 @@ def test_experiment_selection_and_sizes():
     assert [c.n_query for c in full["physics"]] == list(range(2000, 12_001, 2000))
     assert {(c.n_ref, c.d) for c in full["physics"]} == {(32_768, 65)}
     assert [(c.n_ref, c.n_query, c.k) for c in full["large_k"]] == [(32_768, 32_768, 2048)]
+    assert [(c.n_ref, c.n_query, c.d, c.k, c.all_knn) for c in full["embedding"]] == [(100_000, 10_000, 128, 10, False)]
+    assert bench_knn._parse_experiments("6") == ["embedding"]
     assert all(c.k == 7 for name in ("dims", "refs", "queries", "physics") for c in full[name])
 
 
