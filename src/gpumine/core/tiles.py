@@ -20,7 +20,7 @@ from typing import Iterator
 import torch
 
 __all__ = ["TilePlan", "plan_tiles", "tile_bytes", "iter_row_chunks", "fits_on_device", "same_device",
-           "copy_to_host", "copy_to_device"]
+           "copy_to_host", "copy_to_device", "unit_row_stride"]
 
 _INDEX_BYTES = 8
 
@@ -103,6 +103,11 @@ def fits_on_device(n_bytes: int, device: torch.device, fraction: float = 0.5) ->
         return True
     free, _ = torch.cuda.mem_get_info(device)
     return n_bytes <= fraction * free
+
+
+def unit_row_stride(X: torch.Tensor) -> torch.Tensor:
+    """``X`` with consecutive elements along each row (what a kernel's row pointer arithmetic assumes); a copy only if not."""
+    return X if X.stride(1) == 1 else X.contiguous()
 
 
 def same_device(a: torch.device, b: torch.device) -> bool:

@@ -39,7 +39,7 @@ from ...core.distance import Metric
 from ...core.select import PAD_INDEX
 
 __all__ = ["DENSE_METRICS", "DENSE_MAX_PAIRS", "DENSE_MIN_FEATURES_ALWAYS", "dense_applies", "dense_by_size", "dense_eligible",
-           "dense_search", "DenseReferences", "first_pass", "settle", "integer_centre", "integer_centre_on_device", "tile_dtype_for", "candidates_for"]
+           "dense_search", "DenseReferences", "block_scores", "first_pass", "settle", "integer_centre", "integer_centre_on_device", "tile_dtype_for", "candidates_for"]
 
 # metrics with a matrix-product tile form whose error Metric.bounds states
 DENSE_METRICS = ("euclidean", "sqeuclidean")
@@ -184,25 +184,38 @@ class DenseBlock:
     own: torch.Tensor | None  # each query's own reference row (self-searches)
 
 
-def first_pass(refs: DenseReferences, Q: torch.Tensor, q0: int) -> DenseBlock:
-    """Product, top-c, (re-)score, sort and certificate of one block of queries, with no host wait."""
-    metric, d, k, c = refs.metric, refs.d, refs.k, refs.c
-    device, b = Q.device, Q.shape[0]
+def block_scores(refs: DenseReferences, Q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One product for a block of queries: ``(S, offset, slack)``, no host wait.
+
+    ``S`` the tile scores against every reference; per row, ``offset`` (float64)
+    completes them to the exact scores, within ``slack`` (float64; zero where the
+    scores are exact).
+    """
+    metric, d = refs.metric, refs.d
     Qp = metric.prepare(Q.to(refs.tile_dtype), refs.centre, "query")
     S = Qp["rows"] @ refs.rows.T
+    offset, offset_error = metric.tile_offset(Qp, d)
+    offset = offset.double()
+    if refs.exact:  # the tile scores plus |x|^2 are the scores: no error
+        return S, offset, torch.zeros_like(offset)
+    low = metric.bounds(Qp, refs.scale, d, Q.device, S[:, 0], S[:, 0])[0]
+    return S, offset, low.double() + offset_error.double()
+
+
+def first_pass(refs: DenseReferences, Q: torch.Tensor, q0: int) -> DenseBlock:
+    """Product, top-c, (re-)score, sort and certificate of one block of queries, with no host wait."""
+    d, k, c = refs.d, refs.k, refs.c
+    device, b = Q.device, Q.shape[0]
+    S, offset, slack = block_scores(refs, Q)
     if refs.exclude_self:
         S[:, q0 : q0 + b].diagonal().fill_(float("inf"))
     cand_scores, cand = torch.topk(S, c, dim=1, largest=False, sorted=False)
     own = torch.arange(q0, q0 + b, device=device) if refs.exclude_self else None
-    offset, offset_error = metric.tile_offset(Qp, d)
-    offset = offset.double()
-    if refs.exact:  # the tile scores plus |x|^2 are the scores: no re-score, no error
-        Q64, slack = None, torch.zeros_like(offset)
+    if refs.exact:  # no re-score
+        Q64 = None
         keys, index = _sorted(cand_scores.double() + offset[:, None], cand, own)
     else:
         Q64 = Q.to(torch.float64)
-        low = metric.bounds(Qp, refs.scale, d, device, cand_scores[:, 0], cand_scores[:, 0])[0]
-        slack = low.double() + offset_error.double()
         keys, index = _sorted(refs.source.scores(Q64, cand), cand, own)
     kth = keys[:, k - 1]
     if c < refs.available:

@@ -19,7 +19,7 @@ from ._exact_select_kernel import (EXACT_SELECT_MAX_FEATURES, EXACT_SELECT_MAX_K
                                    exact_select_available, exact_select_checked, placed_supported)
 from ._magnitude import arithmetic
 
-__all__ = ["exact_select_supports", "exact_select_applies", "exact_select_preferred", "exact_select_first", "exact_select_search", "search_small", "EXACT_SELECT", "EXACT_SELECT_CURVE", "EXACT_SELECT_MIN_PAIRS", "EXACT_SELECT_CURVE_MIN_PAIRS",
+__all__ = ["feature_major", "exact_select_supports", "exact_select_applies", "exact_select_preferred", "exact_select_first", "exact_select_search", "search_small", "EXACT_SELECT", "EXACT_SELECT_CURVE", "EXACT_SELECT_MIN_PAIRS", "EXACT_SELECT_CURVE_MIN_PAIRS",
            "EXACT_SELECT_PREFERRED_FEATURES", "EXACT_SELECT_FIRST_PAIRS", "EXACT_SELECT_FIRST_FEATURES",
            "EXACT_SELECT_MANY_PAIRS", "EXACT_SELECT_MANY_MIN_QUERIES"]
 
@@ -52,6 +52,16 @@ EXACT_SELECT_MANY_MIN_QUERIES = 4096
 SMALL_MIN_QUERIES = 256
 SMALL_MAX_UNSPLIT_REFERENCES = 8192
 SMALL_MAX_ROWS = 1 << 24
+
+
+def feature_major(ref: torch.Tensor, query: torch.Tensor, device: torch.device | None = None):
+    """``(RT, QT)``: the references' and queries' (d, n) copies on ``device`` (default: where they are); ``QT is RT`` for a self-search."""
+    def transposed(X):
+        XT = X.T.contiguous()
+        return XT if device is None or same_device(XT.device, device) else copy_to_device(XT, device)
+
+    RT = transposed(ref)
+    return RT, RT if query is ref else transposed(query)
 
 
 def exact_select_supports(metric: Metric, dtype: torch.dtype, d: int, k: int, device: torch.device, backend: str,
@@ -98,8 +108,7 @@ def exact_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: 
     order = _CurveOrder(ref) if curve else None
     if order is None:
         ref_ids = query_ids = anchors = None
-        RT = ref.T.contiguous()
-        QT = RT if query is ref else query.T.contiguous()
+        RT, QT = feature_major(ref, query)
     elif query is ref:
         ref_ids = query_ids = order.perm
         anchors = torch.arange(n_query, device=ref.device)
@@ -164,11 +173,7 @@ def search_small(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric,
     for X in (ref, query):
         if not same_device(X.device, device) and not fits_on_device(2 * X.numel() * X.element_size(), device):
             return None
-    RT = ref.T.contiguous() if same_device(ref.device, device) else copy_to_device(ref.T.contiguous(), device)
-    if query is ref:
-        QT = RT
-    else:
-        QT = query.T.contiguous() if same_device(query.device, device) else copy_to_device(query.T.contiguous(), device)
+    RT, QT = feature_major(ref, query, device)
     scores, index, extremes = exact_select_checked(QT, RT, k, metric.name, exclude_self=exclude_self, as_distance=True)
     found = extremes.cpu().numpy()  # the one host wait
     if found[:, 0].any():
@@ -196,7 +201,5 @@ def _unscaled_equal(scores: torch.Tensor, index: torch.Tensor, QT: torch.Tensor,
     zero). ``QT``/``RT``: the queries and references, feature-major.
     """
     floor = _UNSCALED_DISTANCE_FLOOR if as_distance else _UNSCALED_SCORE_FLOOR
-    fine = torch.isfinite(scores) & ((scores == 0) | (scores >= floor))
-    zero = scores == 0
     duplicate = (RT[:, index.clamp_min(0)] == QT[:, :, None]).all(0)
-    return bool((fine & (~zero | duplicate)).all())
+    return bool(((torch.isfinite(scores) & (scores >= floor)) | ((scores == 0) & duplicate)).all())

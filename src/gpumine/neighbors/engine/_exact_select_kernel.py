@@ -44,6 +44,7 @@ except ImportError:  # pragma: no cover - exercised on machines without triton
 
 from ...core.distance import EXACT_SUM_CHUNK
 from ...core.select import PAD_INDEX, pad_topk, topk_by_score_then_index
+from ...core.tiles import unit_row_stride
 
 __all__ = ["exact_select", "exact_select_checked", "placed_supported", "exact_select_torch", "exact_select_available", "EXACT_SELECT_METRICS", "EXACT_SELECT_MAX_K",
            "EXACT_SELECT_MAX_FEATURES"]
@@ -349,8 +350,8 @@ def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *
     n_ref = RT.shape[1]
     if n_query == 0 or n_ref == 0:
         return pad_topk(QT.new_empty((n_query, 0), dtype=torch.float64), QT.new_empty((n_query, 0), dtype=torch.int64), k)
-    QT = QT if QT.stride(1) == 1 else QT.contiguous()
-    RT = RT if RT.stride(1) == 1 else RT.contiguous()
+    QT = unit_row_stride(QT)
+    RT = unit_row_stride(RT)
     C = max(2, 1 << (min(k, n_ref) - 1).bit_length())
     bm, bn, warps = default_blocks(C, d)
     bm, bn, warps = block_m or bm, block_n or bn, num_warps or warps
@@ -423,8 +424,8 @@ def exact_select_checked(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name
     n_ref = RT.shape[1]
     if n_query == 0 or n_ref == 0 or k > n_ref:
         raise ValueError(f"exact_select_checked needs queries and at least k = {k} references; got {n_query} and {n_ref}")
-    QT = QT if QT.stride(1) == 1 else QT.contiguous()
-    RT = RT if RT.stride(1) == 1 else RT.contiguous()
+    QT = unit_row_stride(QT)
+    RT = unit_row_stride(RT)
     C = max(2, 1 << (k - 1).bit_length())
     bm, bn, warps = default_blocks(C, d)
     if bm * C * C > _PLACED_MAX_COMPARISONS:

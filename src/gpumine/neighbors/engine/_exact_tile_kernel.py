@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from ...core.tiles import unit_row_stride
+
 try:
     import triton
     import triton.language as tl
@@ -150,8 +152,8 @@ def exact_tile_scores(QT: torch.Tensor, RT: torch.Tensor, metric_name: str, *, e
     d, n_query = QT.shape
     n_ref = RT.shape[1]
     # rows of each feature contiguous; a column slice of a feature-major copy needs no copy
-    QT = QT if QT.stride(1) == 1 else QT.contiguous()
-    RT = RT if RT.stride(1) == 1 else RT.contiguous()
+    QT = unit_row_stride(QT)
+    RT = unit_row_stride(RT)
     out = torch.empty((n_query, n_ref), dtype=torch.float32, device=QT.device)
     if n_query == 0 or n_ref == 0:
         return out
@@ -216,8 +218,8 @@ def scores_within(QT: torch.Tensor, RT: torch.Tensor, threshold: torch.Tensor, c
         raise ValueError(f"cap must be at least 1; got {cap}")
     d, n_query = QT.shape
     n_ref = RT.shape[1]
-    QT = QT if QT.stride(1) == 1 else QT.contiguous()
-    RT = RT if RT.stride(1) == 1 else RT.contiguous()
+    QT = unit_row_stride(QT)
+    RT = unit_row_stride(RT)
     scores, index = _empty_lists(n_query, cap, QT.device)
     count = torch.zeros(n_query, dtype=torch.int32, device=QT.device)
     if n_query == 0 or n_ref == 0:

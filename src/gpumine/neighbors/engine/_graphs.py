@@ -42,7 +42,7 @@ from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range
 from . import _dense
 from ._dense import (DenseReferences, candidates_for, dense_by_size, dense_eligible, integer_centre, integer_centre_on_device,
                      tile_dtype_for)
-from ._exact_select import exact_select_first, exact_select_supports
+from ._exact_select import exact_select_first, exact_select_supports, feature_major
 from ._product_select import product_select_first, product_select_supports, select_block
 from ._magnitude import smallest_nonzero_magnitude
 
@@ -202,8 +202,8 @@ class _CapturedDense(_CapturedSearch):
         refs = DenseReferences(self.ref_in, self.k, self.metric, exclude_self=self.exclude_self,
                                tile_dtype=tile_dtype_for(self.device), centre=centre)
         if self.product:  # the product-selection kernel's lists are final: no open rows
-            RT = self.ref_in.T.contiguous()
-            keys, index = select_block(refs, query, RT if self.query_in is None else query.T.contiguous(), RT, 0)
+            RT, QT = feature_major(self.ref_in, query)
+            keys, index = select_block(refs, query, QT, RT, 0)
             block, open_rows = None, torch.zeros((), dtype=torch.int64, device=self.device)
         else:
             block = _dense.first_pass(refs, query, 0)

@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 
 from ...core.distance import Metric
-from ._dense import DenseReferences, _rel, dense_eligible, integer_centre, tile_dtype_for
-from ._exact_select import EXACT_SELECT_FIRST_FEATURES
+from ._dense import DenseReferences, _rel, block_scores, dense_eligible, integer_centre, tile_dtype_for
+from ._exact_select import EXACT_SELECT_FIRST_FEATURES, feature_major
 from ._product_select_kernel import PRODUCT_SELECT_MAX_K, kept_candidates, product_select, product_select_available
 
 __all__ = ["product_select_supports", "product_select_first", "product_select_if_integral", "product_select_search", "select_block", "PRODUCT_SELECT",
@@ -87,22 +87,18 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
         tile_dtype = torch.float64  # as dense_search: rounding float64 data first is outside the bound
     refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=tile_dtype or tile_dtype_for(device),
                            centre=integer_centre(ref, query))
-    RT = ref.T.contiguous()
-    QT = RT if query is ref else query.T.contiguous()
+    RT, QT = feature_major(ref, query)
     item = torch.finfo(refs.tile_dtype).bits // 8
     # a block's scores, its prepared query rows and the per-row bounds
     rows = max(1, min(n_query, budget_bytes // (n_ref * item + (d + 8) * 8)))
-    keys_out = index_out = None
-    for q0 in range(0, n_query, rows):
-        q1 = min(n_query, q0 + rows)
-        keys, index = select_block(refs, query[q0:q1], QT[:, q0:q1], RT, q0, stats)
-        if rows >= n_query:
-            keys_out, index_out = keys, index
-        else:
-            if keys_out is None:
-                keys_out = torch.empty((n_query, k), dtype=torch.float64, device=device)
-                index_out = torch.empty((n_query, k), dtype=torch.int64, device=device)
-            keys_out[q0:q1], index_out[q0:q1] = keys, index
+    if rows >= n_query:  # one block: the kernel's lists are the result
+        keys_out, index_out = select_block(refs, query, QT, RT, 0, stats)
+    else:
+        keys_out = torch.empty((n_query, k), dtype=torch.float64, device=device)
+        index_out = torch.empty((n_query, k), dtype=torch.int64, device=device)
+        for q0 in range(0, n_query, rows):
+            q1 = min(n_query, q0 + rows)
+            keys_out[q0:q1], index_out[q0:q1] = select_block(refs, query[q0:q1], QT[:, q0:q1], RT, q0, stats)
     if stats is not None:  # asked for: one host wait for the count of rows the certificate left open
         stats.update(selection="product_select", candidates=kept_candidates(k), query_rows=rows, scores_exact=refs.exact,
                      tile_dtype=str(refs.tile_dtype).replace("torch.", ""), rows_rescanned=int(stats.get("rows_rescanned", 0)))
@@ -112,14 +108,6 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
 def select_block(refs: DenseReferences, query: torch.Tensor, QT: torch.Tensor, RT: torch.Tensor, q0: int,
                  stats: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One query block (queries ``q0``, ``q0 + 1``, ...; ``QT`` its feature-major copy): product and selection, no host wait."""
-    metric, d = refs.metric, refs.d
-    Qp = metric.prepare(query.to(refs.tile_dtype), refs.centre, "query")
-    S = Qp["rows"] @ refs.rows.T
-    offset, offset_error = metric.tile_offset(Qp, d)
-    if refs.exact:  # the tile scores plus |x|^2 are the scores
-        slack = torch.zeros_like(offset, dtype=torch.float64)
-    else:
-        low = metric.bounds(Qp, refs.scale, d, query.device, S[:, 0], S[:, 0])[0]
-        slack = low.double() + offset_error.double()
-    return product_select(S, offset.double(), slack, QT, RT, refs.k, exact=refs.exact, rel_tile=_rel(refs.tile_dtype, d),
-                          rel64=_rel(torch.float64, d), exclude_self=refs.exclude_self, self_offset=q0, stats=stats)
+    S, offset, slack = block_scores(refs, query)
+    return product_select(S, offset, slack, QT, RT, refs.k, exact=refs.exact, rel_tile=_rel(refs.tile_dtype, refs.d),
+                          rel64=_rel(torch.float64, refs.d), exclude_self=refs.exclude_self, self_offset=q0, stats=stats)

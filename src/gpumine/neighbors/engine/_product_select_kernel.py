@@ -48,6 +48,7 @@ except ImportError:  # pragma: no cover - exercised on machines without triton
 
 from ...core.distance import EXACT_SUM_CHUNK
 from ...core.select import PAD_INDEX, pad_topk, topk_by_score_then_index
+from ...core.tiles import unit_row_stride
 from ._exact_select_kernel import _PLACED_MAX_COMPARISONS, EXACT_SELECT_MAX_K
 
 __all__ = ["product_select", "product_select_torch", "product_select_available", "PRODUCT_SELECT_MAX_K",
@@ -291,9 +292,9 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     d = QT.shape[0]
     if n_query == 0 or n_ref == 0:
         return pad_topk(S.new_empty((n_query, 0), dtype=torch.float64), S.new_empty((n_query, 0), dtype=torch.int64), k)
-    S = S if S.stride(1) == 1 else S.contiguous()
-    QT = QT if QT.stride(1) == 1 else QT.contiguous()
-    RT = RT if RT.stride(1) == 1 else RT.contiguous()
+    S = unit_row_stride(S)
+    QT = unit_row_stride(QT)
+    RT = unit_row_stride(RT)
     offset, slack = offset.to(torch.float64).contiguous(), slack.to(torch.float64).contiguous()
     C = max(2, 1 << (min(k, n_ref) - 1).bit_length())
     keep = kept_candidates(k)

@@ -193,24 +193,24 @@ def knn_search(
         return out_scores, out_index
     # every path honours the same working-memory floor (the tile plan raises a clear error below it)
     plan_tiles(n_query, ref.shape[0], ref.shape[1], candidate_count(k, ref.shape[0]), ref.element_size(), budget_bytes)
-    product = _product_select_first(ref, query, k, metric, device, backend, precision, float64_order)
-    if product is None:  # a larger search whose data decides: exact (integer) products run there
+    # Final float64 scores whatever the ties, with no float64-order check, duplicate search, probe
+    # or certificate first: wide data, and large searches at more than one chunk of features, on
+    # one product and one selection launch per query block (._product_select); the others at few
+    # features in one launch (._exact_select).
+    first = None
+    if _runs_first(ref, query, device, float64_order):
+        product = _product_select_first(ref, query, k, metric, device, backend, precision)
+        if product is None:  # a larger search whose data decides: exact (integer) products run there
+            ref, query = _resident(ref, query, device)
+            product = integer_centre(ref, query) is not None
+        if product:
+            first = product_select_search
+        elif (exact_select_supports(metric, ref.dtype, ref.shape[1], k, device, backend, precision)
+              and exact_select_first(query.shape[0], ref.shape[0], ref.shape[1])):
+            first = exact_select_search
+    if first is not None:
         ref, query = _resident(ref, query, device)
-        product = integer_centre(ref, query) is not None
-    if product:
-        # wide data, and large searches at more than one chunk of features: one product and one
-        # selection launch per query block, final float64 scores whatever the ties (see ._product_select)
-        ref, query = _resident(ref, query, device)
-        keys, index = product_select_search(ref, query, k, metric, exclude_self=exclude_self, budget_bytes=budget_bytes,
-                                            stats=stats)
-        scores = finish_scores(keys.to(out_scores.dtype), metric, as_distance, scale)
-        return copy_to_host(out_scores, scores), copy_to_host(out_index, index)
-    if _exact_select_first(ref, query, k, metric, device, backend, precision, float64_order):
-        # one launch, final float64 scores whatever the ties: no float64-order check, duplicate
-        # search, probe or certificate first (see ._exact_select)
-        ref, query = _resident(ref, query, device)
-        keys, index = exact_select_search(ref, query, k, metric, exclude_self=exclude_self, budget_bytes=budget_bytes,
-                                          stats=stats)
+        keys, index = first(ref, query, k, metric, exclude_self=exclude_self, budget_bytes=budget_bytes, stats=stats)
         scores = finish_scores(keys.to(out_scores.dtype), metric, as_distance, scale)
         return copy_to_host(out_scores, scores), copy_to_host(out_index, index)
     # host searches: KD-tree or BLAS (see _cpu_search); a self-search of part of the references
@@ -284,22 +284,19 @@ def _resident(ref: torch.Tensor, query: torch.Tensor, device: torch.device):
     return ref, ref if same else (query if same_device(query.device, device) else copy_to_device(query, device))
 
 
-def _exact_select_first(ref, query, k, metric, device, backend, precision, float64_order) -> bool:
-    """Whether a search runs on the exact-selection kernel before any other choice (see :func:`exact_select_first`)."""
+def _runs_first(ref, query, device, float64_order) -> bool:
+    """Whether a search may go to the exact-selection or product-selection kernel before any other choice:
+    its order is by float64 scores, both operands share a dtype and the references fit on the device."""
     return ((float64_order or ref.dtype == torch.float64) and query.dtype == ref.dtype
-            and exact_select_supports(metric, ref.dtype, ref.shape[1], k, device, backend, precision)
-            and exact_select_first(query.shape[0], ref.shape[0], ref.shape[1])
             and (same_device(ref.device, device) or _fits_resident(ref, device)))
 
 
-def _product_select_first(ref, query, k, metric, device, backend, precision, float64_order) -> bool | None:
-    """Whether a search runs on the product-selection kernel before any other choice (see :func:`product_select_first`).
+def _product_select_first(ref, query, k, metric, device, backend, precision) -> bool | None:
+    """Whether a search (:func:`_runs_first`) runs on the product-selection kernel (see :func:`product_select_first`).
 
     None: if its products are exact (:func:`product_select_if_integral`).
     """
-    if not ((float64_order or ref.dtype == torch.float64) and query.dtype == ref.dtype
-            and product_select_supports(metric, ref.dtype, ref.shape[1], k, device, backend, precision)
-            and (same_device(ref.device, device) or _fits_resident(ref, device))):
+    if not product_select_supports(metric, ref.dtype, ref.shape[1], k, device, backend, precision):
         return False
     n_query, n_ref, d = query.shape[0], ref.shape[0], ref.shape[1]
     if product_select_first(n_query, n_ref, d):
