@@ -25,6 +25,27 @@ def test_taken_first_by_shape():
     assert not product_select_first(49_534, 49_534, 16)
 
 
+def test_launch_shape_by_rows_and_references(monkeypatch):
+    from gpumine.neighbors.engine import _product_select_kernel as kernel
+
+    monkeypatch.setattr(kernel, "_multiprocessors", lambda device: 132)
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")
+    # many rows: one program each; the finish apart from the scan
+    assert kernel.default_product_splits(41_188, 41_188, 1, 128, gpu) == 1
+    assert kernel.default_finish_apart(41_188, 1, gpu)
+    # one to two waves of programs: neither split nor apart
+    assert kernel.default_product_splits(7_603, 7_603, 1, 128, gpu) == 1
+    assert not kernel.default_finish_apart(7_603, 1, gpu)
+    # few rows over many references: the references split (and the finish then always apart)
+    assert kernel.default_product_splits(2_000, 100_000, 1, 128, gpu) == 3
+    assert kernel.default_product_splits(4_207, 4_207, 1, 128, gpu) == 2  # each split at least 16 tiles
+    assert kernel.default_product_splits(1_966, 1_966, 1, 128, gpu) == 1
+    assert kernel.default_product_splits(2_000, 100_000, 1, 128, cpu) == 1
+    assert not kernel.default_finish_apart(41_188, 1, cpu)
+    monkeypatch.setattr(kernel, "FINISH_APART", False)
+    assert not kernel.default_finish_apart(41_188, 1, gpu)
+
+
 def _wide(kind, n, d, rng):
     if kind == "grid":  # integer features (pixels, counts): exact float32 products, ties everywhere
         return rng.integers(0, 17, size=(n, d)).astype(np.float32)

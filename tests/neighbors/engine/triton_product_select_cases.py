@@ -103,6 +103,19 @@ def test_lists_past_the_placed_size_and_k_above_the_references():
     _check(F[:5], F[:6], 9, torch.float64, block_n=32)
 
 
+@pytest.mark.parametrize("kind, k, tile_dtype, splits", [("float", 5, torch.float64, 2), ("grid", 7, torch.float32, 3),
+                                                          ("duplicates", 4, torch.float64, 7), ("far", 12, torch.float64, 1)])
+def test_references_split_over_programs_then_merged(kind, k, tile_dtype, splits):
+    # a self-search of a query prefix, its rows' own tiles in different splits; one split: the
+    # first pass and the finish as two launches all the same
+    rng = np.random.default_rng(8)
+    Y = _data(kind, 61 * SCALE + 5, 34, rng)
+    exact, _ = _check(Y[9:21], Y, k, tile_dtype, exclude_self=True, self_offset=9, block_n=16, splits=splits,
+                      finish_apart=True)
+    assert exact == (kind == "grid")
+    _check(Y[:3], Y[:20], 9, tile_dtype, block_n=16, splits=splits)  # fewer tiles than splits
+
+
 def test_rows_holding_every_reference_are_final_without_a_rescan():
     rng = np.random.default_rng(5)
     Y = _data("float", 10, 40, rng)  # fewer references than the 16 candidates kept for k = 5
@@ -121,6 +134,8 @@ def test_argument_errors():
         product_select(S, zeros[:2], zeros, QT, RT, 2, **kw)
     with pytest.raises(ValueError, match="feature-major"):
         product_select(S, zeros, zeros, QT, RT[:, :3], 2, **kw)
+    with pytest.raises(ValueError, match="splits must be at least 1"):
+        product_select(S, zeros, zeros, QT, RT, 2, splits=0, **kw)
 
 
 @pytest.mark.parametrize("kind", ["float", "grid", "far"])

@@ -21,6 +21,12 @@ kernel (:mod:`._exact_select_kernel`: every comparison by (score, id)):
    scores again, scoring exactly each lane whose lower bound reaches the row's
    worst entry.
 
+Few rows (small sets, few queries) leave most of the GPU idle with one program
+per row block: then ``splits`` programs share a row's references in step 1
+(:func:`default_product_splits`), each keeping its split's ``KEEP`` best, and a
+second launch merges those lists (the merged list is the row's ``KEEP`` best)
+and runs steps 2 and 3.
+
 ``EXACT``: the tile scores plus the offset are the exact scores (integer data
 centred on an integer, see :func:`._dense.integer_centre`): step 1 is the result.
 
@@ -49,10 +55,10 @@ except ImportError:  # pragma: no cover - exercised on machines without triton
 from ...core.distance import EXACT_SUM_CHUNK
 from ...core.select import PAD_INDEX, pad_topk, topk_by_score_then_index
 from ...core.tiles import unit_row_stride
-from ._exact_select_kernel import _PLACED_MAX_COMPARISONS, EXACT_SELECT_MAX_K
+from ._exact_select_kernel import _PLACED_MAX_COMPARISONS, EXACT_SELECT_MAX_K, _multiprocessors
 
 __all__ = ["product_select", "product_select_torch", "product_select_available", "PRODUCT_SELECT_MAX_K",
-           "default_product_blocks", "kept_candidates"]
+           "default_product_blocks", "default_product_splits", "default_finish_apart", "kept_candidates"]
 
 # per-query lists live in registers (C = the power of two at or above k)
 PRODUCT_SELECT_MAX_K = EXACT_SELECT_MAX_K
@@ -60,6 +66,17 @@ PRODUCT_SELECT_MAX_K = EXACT_SELECT_MAX_K
 _WIDE_FROM = 2**31
 # False: self-searches scan from the first reference (same-run A/B timings)
 START_AT_OWN = True
+# default_product_splits: programs per multiprocessor below which a row's references are split over
+# several programs (one program of one warp per row: the multiprocessor's limit on resident
+# programs), and the fewest tiles a split scans; splitting grids of one to two such waves (mnist,
+# landsat at k = 20) ran slower, the extra lists' insertions outweighing the fuller GPU
+SPLIT_TARGET_PROGRAMS = 32
+SPLIT_MIN_TILES = 16
+# True: grids of at least FINISH_APART_PROGRAMS programs per multiprocessor run the first pass and
+# the finish (steps 2 and 3) as two launches, so the finish's registers do not limit the scan's
+# occupancy (campaign, ALOI); False: one launch (same-run A/B timings)
+FINISH_APART = True
+FINISH_APART_PROGRAMS = 64
 
 
 def product_select_available() -> bool:
@@ -91,14 +108,19 @@ if triton is not None:
             total = total + part
         return total
 
-    @triton.jit(do_not_specialize=["n_query", "n_ref", "self_offset", "K", "D"])
+    @triton.jit(do_not_specialize=["n_query", "n_ref", "self_offset", "K", "D", "tiles_per_split", "n_split"])
     def _product_select_kernel(
-        S, OFFSET, SLACK, MARGINS, QT, RT, OUT_SCORE, OUT_INDEX, OPEN_ROWS,
-        n_query, n_ref, self_offset, K, D,
+        S, OFFSET, SLACK, MARGINS, QT, RT, OUT_SCORE, OUT_INDEX, OPEN_ROWS, CAND_SCORE, CAND_ID,
+        n_query, n_ref, self_offset, K, D, tiles_per_split, n_split,
         stride_s, stride_q_feat, stride_r_feat, stride_out,
         CHUNK: tl.constexpr, EXACT: tl.constexpr, EXCLUDE_SELF: tl.constexpr, C: tl.constexpr, KEEP: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr, PLACED: tl.constexpr, START_AT_OWN: tl.constexpr,
+        STAGE: tl.constexpr,
     ):
+        # STAGE 0: the whole search of a row in one program. STAGE 1: program (row block, split)
+        # keeps the KEEP best of its split's tiles (columns split * tiles_per_split * BLOCK_N, ...)
+        # in CAND_*; STAGE 2 merges a row's lists and goes on from step 2. The merged list is the
+        # row's KEEP best: each list holds its split's KEEP best.
         pid_m = tl.program_id(0)
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         if WIDE:
@@ -112,94 +134,109 @@ if triton is not None:
         near = tl.full((BLOCK_M, KEEP), float("inf"), tl.float64)
         near_id = tl.zeros((BLOCK_M, KEEP), tl.int32) - 1 - keep_slots[None, :]
         far, far_id = tl.reduce((near, near_id), 1, _higher)
-        # a self-search starts at its own tile and wraps around: where rows sit near their
-        # neighbours in index order, the list holds close candidates early and later tiles rarely
-        # insert (every comparison is by (score, id): the visiting order does not change the lists)
-        n_tiles = tl.cdiv(n_ref, BLOCK_N)
-        tile0 = 0
-        if EXCLUDE_SELF and START_AT_OWN:
-            tile0 = tl.minimum((pid_m * BLOCK_M + self_offset) // BLOCK_N, n_tiles - 1)
-        # each step loads the next tile before working on this one: the scan waits on memory once,
-        # not once per tile
-        cols = tile0 * BLOCK_N + lanes
-        valid = row_ok[:, None] & (cols < n_ref)[None, :]
-        if EXCLUDE_SELF:
-            valid = valid & (cols[None, :] != own[:, None])
-        s = tl.load(S + rows[:, None] * stride_s + cols[None, :], mask=valid, other=0.0)
-        for t in range(0, n_tiles):
-            tile = tile0 + t + 1
-            tile = tl.where(tile >= n_tiles, tile - n_tiles, tile)
-            next_cols = tile * BLOCK_N + lanes
-            next_valid = row_ok[:, None] & ((next_cols < n_ref) & ((lanes * 0 + t + 1) < n_tiles))[None, :]
+        if STAGE == 2:
+            lists = rows[:, None] * (n_split * KEEP) + keep_slots[None, :]
+            for part in range(0, n_split):
+                part_score = tl.load(CAND_SCORE + lists + part * KEEP, mask=row_ok[:, None], other=float("inf"))
+                part_id = tl.load(CAND_ID + lists + part * KEEP, mask=row_ok[:, None], other=-1)
+                near, near_id, far, far_id = _insert(near, near_id, far, far_id, part_score, part_id)
+        else:
+            # a self-search starts at its own tile (when its split holds it) and wraps around within
+            # its split: where rows sit near their neighbours in index order, the list holds close
+            # candidates early and later tiles rarely insert (every comparison is by (score, id):
+            # the visiting order does not change the lists)
+            first_tile = tl.program_id(1) * tiles_per_split
+            n_tiles = tl.minimum(tiles_per_split, tl.cdiv(n_ref, BLOCK_N) - first_tile)
+            tile0 = first_tile
+            if EXCLUDE_SELF and START_AT_OWN:
+                own_tile = (pid_m * BLOCK_M + self_offset) // BLOCK_N
+                tile0 = tl.where((own_tile >= first_tile) & (own_tile < first_tile + n_tiles), own_tile, first_tile)
+            # each step loads the next tile before working on this one: the scan waits on memory
+            # once, not once per tile
+            cols = tile0 * BLOCK_N + lanes
+            valid = row_ok[:, None] & (cols < n_ref)[None, :]
             if EXCLUDE_SELF:
-                next_valid = next_valid & (next_cols[None, :] != own[:, None])
-            next_s = tl.load(S + rows[:, None] * stride_s + next_cols[None, :], mask=next_valid, other=0.0)
-            approx = tl.where(valid, s.to(tl.float64) + offset[:, None], float("inf"))
-            if tl.max((tl.min(approx, 1) <= far).to(tl.int32), 0) > 0:
-                id_grid = cols.to(tl.int32)[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
-                near, near_id, far, far_id = _insert(near, near_id, far, far_id, approx, id_grid)
-            cols, valid, s = next_cols, next_valid, next_s
-        # 2. the kept references scored exactly (their features gathered), then the K best of them
-        member = near_id >= 0
-        if EXACT:  # the tile scores plus the offset are the exact scores
-            exact = near
+                valid = valid & (cols[None, :] != own[:, None])
+            s = tl.load(S + rows[:, None] * stride_s + cols[None, :], mask=valid, other=0.0)
+            for t in range(0, n_tiles):
+                tile = tile0 + t + 1
+                tile = tl.where(tile >= first_tile + n_tiles, tile - n_tiles, tile)
+                next_cols = tile * BLOCK_N + lanes
+                next_valid = row_ok[:, None] & ((next_cols < n_ref) & ((lanes * 0 + t + 1) < n_tiles))[None, :]
+                if EXCLUDE_SELF:
+                    next_valid = next_valid & (next_cols[None, :] != own[:, None])
+                next_s = tl.load(S + rows[:, None] * stride_s + next_cols[None, :], mask=next_valid, other=0.0)
+                approx = tl.where(valid, s.to(tl.float64) + offset[:, None], float("inf"))
+                if tl.max((tl.min(approx, 1) <= far).to(tl.int32), 0) > 0:
+                    id_grid = cols.to(tl.int32)[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
+                    near, near_id, far, far_id = _insert(near, near_id, far, far_id, approx, id_grid)
+                cols, valid, s = next_cols, next_valid, next_s
+        if STAGE == 1:
+            lists = rows[:, None] * (n_split * KEEP) + tl.program_id(1) * KEEP + keep_slots[None, :]
+            tl.store(CAND_SCORE + lists, near, mask=row_ok[:, None])
+            tl.store(CAND_ID + lists, near_id, mask=row_ok[:, None])
         else:
-            exact = _exact64(QT, RT, rows, near_id, row_ok, member, D, stride_q_feat, stride_r_feat, CHUNK, WIDE)
-            exact = tl.where(member, exact, float("inf"))
-        slots = tl.arange(0, C)
-        best = tl.where(slots[None, :] < K, float("inf"), float("-inf")) + tl.zeros((BLOCK_M, C), tl.float64)
-        best_id = tl.zeros((BLOCK_M, C), tl.int32) - 1 - slots[None, :]
-        worst, worst_id = tl.reduce((best, best_id), 1, _higher)
-        best, best_id, worst, worst_id = _insert(best, best_id, worst, worst_id, exact, near_id)
-        if not EXACT:
-            # 3. certificate: a reference left out has a tile score at or above the farthest kept
-            # one's, so its true score is at least `least_out`; a row whose K-th exact score
-            # (grown by its own rounding) is under that is final. Others rescan their scores,
-            # scoring exactly each lane within reach of their worst entry (ties, near-ties).
-            slack = tl.load(SLACK + rows, mask=row_ok, other=0.0).to(tl.float64)
-            # the relative rounding bounds, read as float64 (scalar arguments would be float32,
-            # where 1 + rel64 is 1)
-            rel_tile = tl.load(MARGINS).to(tl.float64)
-            grow = 1.0 + tl.load(MARGINS + 1).to(tl.float64)
-            # a row whose kept list is not full holds every reference: final as it is
-            full = far < float("inf")
-            least_out = tl.where(full, far, 0.0) - slack
-            least_out = least_out - tl.abs(least_out) * rel_tile
-            open_row = row_ok & full & ~(worst * grow < least_out)
-            if tl.max(open_row.to(tl.int32), 0) > 0:
-                tl.atomic_add(OPEN_ROWS, tl.sum(open_row.to(tl.int32), 0))
-                for start in range(0, n_ref, BLOCK_N):
-                    rescan_cols = start + lanes
-                    ids = rescan_cols.to(tl.int32)[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
-                    rescan_valid = open_row[:, None] & (rescan_cols < n_ref)[None, :]
-                    if EXCLUDE_SELF:
-                        rescan_valid = rescan_valid & (rescan_cols[None, :] != own[:, None])
-                    rescan_s = tl.load(S + rows[:, None] * stride_s + rescan_cols[None, :], mask=rescan_valid, other=0.0)
-                    approx = rescan_s.to(tl.float64) + offset[:, None]
-                    # the kept references are in the list already
-                    kept = (approx < far[:, None]) | ((approx == far[:, None]) & (ids <= far_id[:, None]))
-                    low = approx - slack[:, None]
-                    low = low - tl.abs(low) * rel_tile
-                    maybe = rescan_valid & ~kept & (low <= worst[:, None] * grow)
-                    if tl.max(tl.max(maybe.to(tl.int32), 1), 0) > 0:
-                        # the lanes any of the block's rows needs
-                        need = (tl.max(maybe.to(tl.int32), 0) > 0)[None, :] & row_ok[:, None]
-                        acc = _exact64(QT, RT, rows, ids, row_ok, need, D, stride_q_feat, stride_r_feat, CHUNK, WIDE)
-                        acc = tl.where(maybe, acc, float("inf"))
-                        if tl.max((tl.min(acc, 1) <= worst).to(tl.int32), 0) > 0:
-                            best, best_id, worst, worst_id = _insert(best, best_id, worst, worst_id, acc, ids)
-        if PLACED:
-            # one list per row: each entry goes straight to its place, (score, id) ascending,
-            # unfilled entries as padding (+inf, -1)
-            unfilled = best_id < 0
-            out = rows[:, None] * stride_out + _places(best, best_id, K)
-            keep = row_ok[:, None] & (slots < K)[None, :]
-            tl.store(OUT_SCORE + out, tl.where(unfilled, float("inf"), best), mask=keep)
-            tl.store(OUT_INDEX + out, tl.where(unfilled, -1, best_id).to(tl.int64), mask=keep)
-        else:
-            out = rows[:, None] * stride_out + slots[None, :]
-            tl.store(OUT_SCORE + out, best, mask=row_ok[:, None])
-            tl.store(OUT_INDEX + out, best_id.to(tl.int64), mask=row_ok[:, None])
+            # 2. the kept references scored exactly (their features gathered), then the K best of them
+            member = near_id >= 0
+            if EXACT:  # the tile scores plus the offset are the exact scores
+                exact = near
+            else:
+                exact = _exact64(QT, RT, rows, near_id, row_ok, member, D, stride_q_feat, stride_r_feat, CHUNK, WIDE)
+                exact = tl.where(member, exact, float("inf"))
+            slots = tl.arange(0, C)
+            best = tl.where(slots[None, :] < K, float("inf"), float("-inf")) + tl.zeros((BLOCK_M, C), tl.float64)
+            best_id = tl.zeros((BLOCK_M, C), tl.int32) - 1 - slots[None, :]
+            worst, worst_id = tl.reduce((best, best_id), 1, _higher)
+            best, best_id, worst, worst_id = _insert(best, best_id, worst, worst_id, exact, near_id)
+            if not EXACT:
+                # 3. certificate: a reference left out has a tile score at or above the farthest kept
+                # one's, so its true score is at least `least_out`; a row whose K-th exact score
+                # (grown by its own rounding) is under that is final. Others rescan their scores,
+                # scoring exactly each lane within reach of their worst entry (ties, near-ties).
+                slack = tl.load(SLACK + rows, mask=row_ok, other=0.0).to(tl.float64)
+                # the relative rounding bounds, read as float64 (scalar arguments would be float32,
+                # where 1 + rel64 is 1)
+                rel_tile = tl.load(MARGINS).to(tl.float64)
+                grow = 1.0 + tl.load(MARGINS + 1).to(tl.float64)
+                # a row whose kept list is not full holds every reference: final as it is
+                full = far < float("inf")
+                least_out = tl.where(full, far, 0.0) - slack
+                least_out = least_out - tl.abs(least_out) * rel_tile
+                open_row = row_ok & full & ~(worst * grow < least_out)
+                if tl.max(open_row.to(tl.int32), 0) > 0:
+                    tl.atomic_add(OPEN_ROWS, tl.sum(open_row.to(tl.int32), 0))
+                    for start in range(0, n_ref, BLOCK_N):
+                        rescan_cols = start + lanes
+                        ids = rescan_cols.to(tl.int32)[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
+                        rescan_valid = open_row[:, None] & (rescan_cols < n_ref)[None, :]
+                        if EXCLUDE_SELF:
+                            rescan_valid = rescan_valid & (rescan_cols[None, :] != own[:, None])
+                        rescan_s = tl.load(S + rows[:, None] * stride_s + rescan_cols[None, :], mask=rescan_valid, other=0.0)
+                        approx = rescan_s.to(tl.float64) + offset[:, None]
+                        # the kept references are in the list already
+                        kept = (approx < far[:, None]) | ((approx == far[:, None]) & (ids <= far_id[:, None]))
+                        low = approx - slack[:, None]
+                        low = low - tl.abs(low) * rel_tile
+                        maybe = rescan_valid & ~kept & (low <= worst[:, None] * grow)
+                        if tl.max(tl.max(maybe.to(tl.int32), 1), 0) > 0:
+                            # the lanes any of the block's rows needs
+                            need = (tl.max(maybe.to(tl.int32), 0) > 0)[None, :] & row_ok[:, None]
+                            acc = _exact64(QT, RT, rows, ids, row_ok, need, D, stride_q_feat, stride_r_feat, CHUNK, WIDE)
+                            acc = tl.where(maybe, acc, float("inf"))
+                            if tl.max((tl.min(acc, 1) <= worst).to(tl.int32), 0) > 0:
+                                best, best_id, worst, worst_id = _insert(best, best_id, worst, worst_id, acc, ids)
+            if PLACED:
+                # one list per row: each entry goes straight to its place, (score, id) ascending,
+                # unfilled entries as padding (+inf, -1)
+                unfilled = best_id < 0
+                out = rows[:, None] * stride_out + _places(best, best_id, K)
+                keep = row_ok[:, None] & (slots < K)[None, :]
+                tl.store(OUT_SCORE + out, tl.where(unfilled, float("inf"), best), mask=keep)
+                tl.store(OUT_INDEX + out, tl.where(unfilled, -1, best_id).to(tl.int64), mask=keep)
+            else:
+                out = rows[:, None] * stride_out + slots[None, :]
+                tl.store(OUT_SCORE + out, best, mask=row_ok[:, None])
+                tl.store(OUT_INDEX + out, best_id.to(tl.int64), mask=row_ok[:, None])
 
 
 def default_product_blocks(C: int) -> tuple[int, int, int]:
@@ -209,6 +246,24 @@ def default_product_blocks(C: int) -> tuple[int, int, int]:
     if C <= 16:
         return 1, 64, 1
     return (1, 128, 1) if C <= 32 else (1, 128, 2)
+
+
+def default_product_splits(n_query: int, n_ref: int, block_m: int, block_n: int, device: torch.device) -> int:
+    """Programs per row in the first pass: one while the rows alone fill the GPU
+    (``SPLIT_TARGET_PROGRAMS`` per multiprocessor), else enough to, each split at least
+    ``SPLIT_MIN_TILES`` tiles."""
+    if device.type != "cuda":
+        return 1
+    programs = -(-n_query // block_m)
+    target = _multiprocessors(device) * SPLIT_TARGET_PROGRAMS
+    if programs >= target:
+        return 1
+    return max(1, min(-(-target // programs), -(-n_ref // block_n) // SPLIT_MIN_TILES))
+
+
+def default_finish_apart(n_query: int, block_m: int, device: torch.device) -> bool:
+    """Whether an unsplit search runs its finish as a second launch (see ``FINISH_APART``)."""
+    return FINISH_APART and device.type == "cuda" and -(-n_query // block_m) >= _multiprocessors(device) * FINISH_APART_PROGRAMS
 
 
 def kept_candidates(k: int) -> int:
@@ -255,6 +310,7 @@ def product_select_torch(S: torch.Tensor, offset: torch.Tensor, slack: torch.Ten
 def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, QT: torch.Tensor, RT: torch.Tensor, k: int, *,
                    exact: bool, rel_tile: float, rel64: float, exclude_self: bool = False, self_offset: int = 0,
                    block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
+                   splits: int | None = None, finish_apart: bool | None = None,
                    stats: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` nearest references of every query row of ``S`` by (float64 exact score, index), in one launch.
 
@@ -276,9 +332,17 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
         Leave out the pair (query ``i``, reference ``i + self_offset``).
     block_m, block_n, num_warps : int, optional
         Launch shape (default :func:`default_product_blocks`).
+    splits : int, optional
+        Programs sharing a row's references in the first pass (default
+        :func:`default_product_splits`); with more than one, a second launch merges
+        their lists and finishes the rows.
+    finish_apart : bool, optional
+        Whether an unsplit search finishes its rows in a second launch (default
+        :func:`default_finish_apart`).
     stats : dict, optional
         Receives ``rows_rescanned`` (added to what it holds): a one-element device
-        tensor counting the rows the certificate left open.
+        tensor counting the rows the certificate left open; where it holds the key
+        ``kernel_registers``, that becomes (registers, spills) per launch.
 
     Returns
     -------
@@ -309,13 +373,33 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     margins = torch.empty(2, dtype=torch.float64, device=S.device)
     margins[0].fill_(float(rel_tile))
     margins[1].fill_(float(rel64))
-    wide = max(S.stride(0) * n_query, QT.stride(0) * d, RT.stride(0) * d, n_query * max(C, keep)) >= _WIDE_FROM
-    _product_select_kernel[(triton.cdiv(n_query, bm),)](
-        S, offset, slack, margins, QT, RT, scores, index, open_rows, n_query, n_ref, self_offset, min(k, C), d,
-        S.stride(0), QT.stride(0), RT.stride(0), scores.stride(0),
-        CHUNK=EXACT_SUM_CHUNK, EXACT=bool(exact), EXCLUDE_SELF=exclude_self, C=C, KEEP=keep, BLOCK_M=bm, BLOCK_N=bn,
-        WIDE=wide, PLACED=placed, START_AT_OWN=START_AT_OWN, num_warps=warps, enable_fp_fusion=False,
-    )
+    tiles = triton.cdiv(n_ref, bn)
+    if splits is None:
+        splits = default_product_splits(n_query, n_ref, bm, bn, S.device)
+    if splits < 1:
+        raise ValueError(f"splits must be at least 1; got {splits}")
+    tiles_per_split = triton.cdiv(tiles, min(splits, tiles))
+    splits = triton.cdiv(tiles, tiles_per_split)
+    wide = max(S.stride(0) * n_query, QT.stride(0) * d, RT.stride(0) * d, n_query * max(C, keep * splits)) >= _WIDE_FROM
+    args = (S, offset, slack, margins, QT, RT, scores, index, open_rows)
+    shape = (n_query, n_ref, self_offset, min(k, C), d, tiles_per_split, splits,
+             S.stride(0), QT.stride(0), RT.stride(0), scores.stride(0))
+    constants = dict(CHUNK=EXACT_SUM_CHUNK, EXACT=bool(exact), EXCLUDE_SELF=exclude_self, C=C, KEEP=keep, BLOCK_M=bm,
+                     BLOCK_N=bn, WIDE=wide, PLACED=placed, START_AT_OWN=START_AT_OWN, num_warps=warps,
+                     enable_fp_fusion=False)
+    row_blocks = triton.cdiv(n_query, bm)
+    launched = []
+    if finish_apart is None:
+        finish_apart = default_finish_apart(n_query, bm, S.device)
+    if splits == 1 and not finish_apart:
+        launched.append(_product_select_kernel[(row_blocks, 1)](*args, scores, index, *shape, STAGE=0, **constants))
+    else:
+        cand_score = torch.empty((n_query, splits, keep), dtype=torch.float64, device=S.device)
+        cand_id = torch.empty((n_query, splits, keep), dtype=torch.int32, device=S.device)
+        launched.append(_product_select_kernel[(row_blocks, splits)](*args, cand_score, cand_id, *shape, STAGE=1, **constants))
+        launched.append(_product_select_kernel[(row_blocks, 1)](*args, cand_score, cand_id, *shape, STAGE=2, **constants))
+    if stats is not None and "kernel_registers" in stats:  # asked for: registers and spills per launch
+        stats["kernel_registers"] = [(getattr(c, "n_regs", None), getattr(c, "n_spills", None)) for c in launched]
     if stats is not None:
         stats["rows_rescanned"] = stats.get("rows_rescanned", 0) + open_rows  # a device tensor: no host wait
     if placed:
