@@ -134,6 +134,48 @@ def _reduce_terms(name: str, G: np.ndarray) -> np.ndarray:
     return total
 
 
+# From this many features the candidates' rows are gathered whole (one copy of each row) and
+# reduced chunk by chunk across every pair at once (_reduce_rows); below, the feature-major gather
+# and its one pass per feature (_reduce_terms) cost less (BENCHMARKS.md, "Design measurements
+# quoted in the code")
+_ROW_GATHER_MIN_FEATURES = 256
+
+
+def _reduce_rows(name: str, G: np.ndarray) -> np.ndarray:
+    """Exact scores from the per-feature differences ``G`` (pairs first: one row per pair; overwritten).
+
+    The order of :func:`_reduce_terms`: per chunk of ``EXACT_SUM_CHUNK`` features
+    the terms left to right (one NumPy pass per position in the chunk, over every
+    pair and chunk at once), then the chunk sums left to right.
+    """
+    if name in ("manhattan", "chebyshev"):
+        np.abs(G, out=G)
+    else:
+        np.multiply(G, G, out=G)
+    if name == "chebyshev":
+        return G.max(1)
+    pairs, d = G.shape
+    full = d // EXACT_SUM_CHUNK
+    sums = []
+    if full:
+        by_chunk = G[:, : full * EXACT_SUM_CHUNK].reshape(pairs, full, EXACT_SUM_CHUNK)
+        part = np.add(by_chunk[:, :, 0], by_chunk[:, :, 1])
+        for j in range(2, EXACT_SUM_CHUNK):
+            part += by_chunk[:, :, j]
+        sums.append(part)
+    c0 = full * EXACT_SUM_CHUNK
+    if d > c0:
+        tail = G[:, c0].copy() if d - c0 == 1 else np.add(G[:, c0], G[:, c0 + 1])
+        for f in range(c0 + 2, d):
+            tail += G[:, f]
+        sums.append(tail[:, None])
+    sums = np.concatenate(sums, axis=1) if len(sums) > 1 else sums[0]
+    total = sums[:, 0].copy()
+    for c in range(1, sums.shape[1]):
+        total += sums[:, c]
+    return total
+
+
 def _every_pair(name: str, Q64: np.ndarray, UT: np.ndarray) -> np.ndarray:
     """Exact scores of every query row of ``Q64`` against every reference column of ``UT`` (feature-major): (b, n).
 
@@ -185,6 +227,13 @@ def _exact_pairs(metric: Metric, Q64: np.ndarray, U64: np.ndarray, UT: np.ndarra
     fixes by the pair alone, whatever the chunk. ``UT``: :func:`_feature_major`'s copy.
     """
     out = np.empty(len(rows))
+    if UT is not None and Q64.shape[1] >= _ROW_GATHER_MIN_FEATURES:
+        step = _numpy_pairs_per_block(Q64.shape[1], budget_bytes)
+        for s0 in range(0, len(rows), step):
+            G = np.take(U64, uids[s0 : s0 + step], axis=0, mode="clip")
+            G -= Q64[rows[s0 : s0 + step]]
+            out[s0 : s0 + step] = _reduce_rows(metric.name, G)
+        return out
     if UT is not None:
         step = _numpy_pairs_per_block(Q64.shape[1], budget_bytes)
         for s0 in range(0, len(rows), step):
@@ -209,6 +258,15 @@ def _exact_dense(metric: Metric, Q64: np.ndarray, U64: np.ndarray, UT: np.ndarra
     b, w = idx.shape
     out = np.empty((b, w))
     if b == 0 or w == 0:
+        return out
+    d = Q64.shape[1]
+    if UT is not None and d >= _ROW_GATHER_MIN_FEATURES:
+        step = max(1, _numpy_pairs_per_block(d, budget_bytes) // w)
+        for s0 in range(0, b, step):
+            # (rows, candidates, features): each candidate's row copied whole
+            G = np.take(U64, idx[s0 : s0 + step], axis=0, mode="clip")
+            G -= Q64[s0 : s0 + step, None, :]
+            out[s0 : s0 + step] = _reduce_rows(metric.name, G.reshape(-1, d)).reshape(-1, w)
         return out
     if UT is not None:
         step = max(1, _numpy_pairs_per_block(Q64.shape[1], budget_bytes) // w)

@@ -57,24 +57,25 @@ class _Products:
         self.levels = _select_levels(n_u, c)
         step = _GROUP**self.levels
         self.n_pad = -(-n_u // step) * step
-        YT = np.zeros((self.d, self.n_pad))
-        YT[:, :n_u] = (-2.0 * Y if self.l2 else -Y).T
+        # the reference rows as the products' operand, padded row-major (the products take the
+        # transposed view: no strided copy)
+        Yp = np.zeros((self.n_pad, self.d))
+        np.multiply(Y, -2.0 if self.l2 else -1.0, out=Yp[:n_u])
         bias = np.full(self.n_pad, np.inf)
         sq = (Y * Y).sum(1) if self.l2 else None
         bias[:n_u] = sq if self.l2 else 0.0
-        self.YT64, self.bias64 = torch.from_numpy(YT), torch.from_numpy(bias)
+        self.YT64, self.bias64 = torch.from_numpy(Yp).T, torch.from_numpy(bias)
         self._own = (U, Y, ynorm, sq)  # the references' rows, reused where the queries are the references
         self.YT32 = self.bias32 = None
         if not self.exact64 or self.exact32 or self.int_l2:  # float32 products run
             if self.int_l2:  # centred rows for these (YT64 keeps the integer ones)
-                Y = self._rows(U, self.centre32)[0]
-                YT = YT.copy()
-                YT[:, :n_u] = (-2.0 * Y).T
-            self.YT32 = torch.from_numpy(YT.astype(np.float32))
+                Yp = Yp.copy()
+                np.multiply(self._rows(U, self.centre32)[0], -2.0, out=Yp[:n_u])
+            Yp32 = Yp.astype(np.float32)
+            self.YT32 = torch.from_numpy(Yp32).T
             bias32 = bias.copy()
-            if self.l2:  # the squared norms of the rows the products see
-                Y32 = Y.astype(np.float32).astype(np.float64)
-                bias32[:n_u] = (Y32 * Y32).sum(1)
+            if self.l2:  # the squared norms of the rows the products see (-2 y, halved exactly)
+                bias32[:n_u] = 0.25 * np.einsum("ij,ij->i", Yp32[:n_u], Yp32[:n_u], dtype=np.float64)
             self.bias32 = torch.from_numpy(bias32.astype(np.float32))
         self.max_norm = float(ynorm.max()) if self.name == "inner_product" else 0.0
 

@@ -250,8 +250,8 @@ def default_product_blocks(C: int) -> tuple[int, int, int]:
 
 def default_product_splits(n_query: int, n_ref: int, block_m: int, block_n: int, device: torch.device) -> int:
     """Programs per row in the first pass: one while the rows alone fill the GPU
-    (``SPLIT_TARGET_PROGRAMS`` per multiprocessor), else enough to, each split at least
-    ``SPLIT_MIN_TILES`` tiles."""
+    (``SPLIT_TARGET_PROGRAMS`` per multiprocessor), else enough splits to fill it, each of at
+    least ``SPLIT_MIN_TILES`` tiles."""
     if device.type != "cuda":
         return 1
     programs = -(-n_query // block_m)
@@ -352,6 +352,8 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     if triton is None:
         raise ValueError("product selection on the GPU needs the 'triton' package; use product_select_torch")
     _check(S, offset, slack, QT, RT, k)
+    if splits is not None and splits < 1:
+        raise ValueError(f"splits must be at least 1; got {splits}")
     n_query, n_ref = S.shape
     d = QT.shape[0]
     if n_query == 0 or n_ref == 0:
@@ -376,8 +378,6 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     tiles = triton.cdiv(n_ref, bn)
     if splits is None:
         splits = default_product_splits(n_query, n_ref, bm, bn, S.device)
-    if splits < 1:
-        raise ValueError(f"splits must be at least 1; got {splits}")
     tiles_per_split = triton.cdiv(tiles, min(splits, tiles))
     splits = triton.cdiv(tiles, tiles_per_split)
     wide = max(S.stride(0) * n_query, QT.stride(0) * d, RT.stride(0) * d, n_query * max(C, keep * splits)) >= _WIDE_FROM
