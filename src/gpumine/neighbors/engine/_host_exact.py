@@ -115,12 +115,17 @@ _NUMPY_EXACT = ("euclidean", "sqeuclidean", "manhattan", "chebyshev")
 _EXACT_BLOCK_TERMS = 1 << 19
 
 
-def _reduce_terms(name: str, G: np.ndarray) -> np.ndarray:
-    """Exact scores from the per-feature differences ``G`` (features first; overwritten)."""
+def _terms_in_place(name: str, G: np.ndarray) -> None:
+    """Per-feature differences to per-feature terms: |x - y| for L1 and L-inf, (x - y)^2 else."""
     if name in ("manhattan", "chebyshev"):
         np.abs(G, out=G)
     else:
         np.multiply(G, G, out=G)
+
+
+def _reduce_terms(name: str, G: np.ndarray) -> np.ndarray:
+    """Exact scores from the per-feature differences ``G`` (features first; overwritten)."""
+    _terms_in_place(name, G)
     if name == "chebyshev":
         return G.max(0)
     d = G.shape[0]
@@ -148,10 +153,7 @@ def _reduce_rows(name: str, G: np.ndarray) -> np.ndarray:
     the terms left to right (one NumPy pass per position in the chunk, over every
     pair and chunk at once), then the chunk sums left to right.
     """
-    if name in ("manhattan", "chebyshev"):
-        np.abs(G, out=G)
-    else:
-        np.multiply(G, G, out=G)
+    _terms_in_place(name, G)
     if name == "chebyshev":
         return G.max(1)
     pairs, d = G.shape
