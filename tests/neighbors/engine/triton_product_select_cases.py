@@ -110,9 +110,14 @@ def test_references_split_over_programs_then_merged(kind, k, tile_dtype, splits)
     # first pass and the finish as two launches all the same
     rng = np.random.default_rng(8)
     Y = _data(kind, 61 * SCALE + 5, 34, rng)
-    exact, _ = _check(Y[9:21], Y, k, tile_dtype, exclude_self=True, self_offset=9, block_n=16, splits=splits,
-                      finish_apart=True)
+    exact, rescanned = _check(Y[9:21], Y, k, tile_dtype, exclude_self=True, self_offset=9, block_n=16, splits=splits,
+                              finish_apart=True)
     assert exact == (kind == "grid")
+    # the merged lists are the one launch's: the same rows left open
+    assert rescanned == _check(Y[9:21], Y, k, tile_dtype, exclude_self=True, self_offset=9, block_n=16, splits=1,
+                               finish_apart=False)[1]
+    # rows whose own tiles lie in the last splits: their scans wrap inside those
+    _check(Y[-12:], Y, k, tile_dtype, exclude_self=True, self_offset=len(Y) - 12, block_n=16, splits=splits)
     _check(Y[:3], Y[:20], 9, tile_dtype, block_n=16, splits=splits)  # fewer tiles than splits
 
 

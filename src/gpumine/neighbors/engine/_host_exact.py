@@ -158,23 +158,21 @@ def _reduce_rows(name: str, G: np.ndarray) -> np.ndarray:
         return G.max(1)
     pairs, d = G.shape
     full = d // EXACT_SUM_CHUNK
-    sums = []
+    total = None
     if full:
         by_chunk = G[:, : full * EXACT_SUM_CHUNK].reshape(pairs, full, EXACT_SUM_CHUNK)
         part = np.add(by_chunk[:, :, 0], by_chunk[:, :, 1])
         for j in range(2, EXACT_SUM_CHUNK):
             part += by_chunk[:, :, j]
-        sums.append(part)
+        total = part[:, 0].copy()
+        for c in range(1, full):
+            total += part[:, c]
     c0 = full * EXACT_SUM_CHUNK
     if d > c0:
         tail = G[:, c0].copy() if d - c0 == 1 else np.add(G[:, c0], G[:, c0 + 1])
         for f in range(c0 + 2, d):
             tail += G[:, f]
-        sums.append(tail[:, None])
-    sums = np.concatenate(sums, axis=1) if len(sums) > 1 else sums[0]
-    total = sums[:, 0].copy()
-    for c in range(1, sums.shape[1]):
-        total += sums[:, c]
+        total = tail if total is None else np.add(total, tail, out=total)
     return total
 
 

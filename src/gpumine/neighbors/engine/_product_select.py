@@ -89,8 +89,8 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
                            centre=integer_centre(ref, query))
     RT, QT = feature_major(ref, query)
     item = torch.finfo(refs.tile_dtype).bits // 8
-    # a block's scores, its prepared query rows and the per-row bounds
-    rows = max(1, min(n_query, budget_bytes // (n_ref * item + (d + 8) * 8)))
+    # a block's scores, its prepared query rows, the per-row bounds and the kernel's candidate lists
+    rows = max(1, min(n_query, budget_bytes // (n_ref * item + (d + 8) * 8 + kept_candidates(k) * 12)))
     if rows >= n_query:  # one block: the kernel's lists are the result
         keys_out, index_out = select_block(refs, query, QT, RT, 0, stats)
     else:

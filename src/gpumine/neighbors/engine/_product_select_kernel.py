@@ -64,6 +64,8 @@ __all__ = ["product_select", "product_select_torch", "product_select_available",
 PRODUCT_SELECT_MAX_K = EXACT_SELECT_MAX_K
 # offsets of operands with this many elements or more are computed in 64 bits
 _WIDE_FROM = 2**31
+# a launch grid's second dimension holds at most this many programs
+_MAX_SPLITS = 65535
 # False: self-searches scan from the first reference (same-run A/B timings)
 START_AT_OWN = True
 # default_product_splits: programs per multiprocessor below which a row's references are split over
@@ -312,7 +314,7 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
                    block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
                    splits: int | None = None, finish_apart: bool | None = None,
                    stats: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``k`` nearest references of every query row of ``S`` by (float64 exact score, index), in one launch.
+    """The ``k`` nearest references of every query row of ``S`` by (float64 exact score, index), in one or two launches.
 
     Parameters
     ----------
@@ -378,6 +380,7 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     tiles = triton.cdiv(n_ref, bn)
     if splits is None:
         splits = default_product_splits(n_query, n_ref, bm, bn, S.device)
+    splits = min(int(splits), _MAX_SPLITS)
     tiles_per_split = triton.cdiv(tiles, min(splits, tiles))
     splits = triton.cdiv(tiles, tiles_per_split)
     wide = max(S.stride(0) * n_query, QT.stride(0) * d, RT.stride(0) * d, n_query * max(C, keep * splits)) >= _WIDE_FROM
