@@ -25,8 +25,10 @@ torch twins):
   searches (checked and run in one launch, :func:`search_small`), mid-size ones
   and large tie-heavy ones.
 * ``_product_select`` / ``_product_select_kernel``: L2 searches past 32
-  features on a GPU, one product and one selection launch per query block (the
-  best candidates by tile score re-scored in float64 and certified in-kernel).
+  features on a GPU, one product and one or two selection launches per query
+  block (the best candidates by tile score re-scored in float64 and certified
+  in-kernel; large grids finish in a second launch, few rows split their
+  references over programs).
 * ``_float64_order``: the order by float64 exact scores for float32 data.
 * ``_duplicates``: exact duplicate rows collapsed before a search.
 * ``_magnitude``: data near the ends of the float range scaled or widened.

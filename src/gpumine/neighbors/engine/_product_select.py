@@ -5,7 +5,8 @@ For L2 searches at more features than the exact-selection kernel serves well
 score (float64 products where the GPU runs them at full rate, see
 :func:`._dense.tile_dtype_for`; float32 ones where integer data makes them exact,
 see :func:`._dense.integer_centre`), and one launch of
-:mod:`._product_select_kernel` selects the k best by (float64 exact score,
+:mod:`._product_select_kernel` (two for large grids or split references, see
+:func:`product_select`) selects the k best by (float64 exact score,
 index): each row's best candidates by tile score are re-scored in float64 and
 certified; only rows that ties or near-ties leave open read their scores again.
 

@@ -30,7 +30,7 @@ dense, large ones at few features run on the exact-selection kernel instead
 (:mod:`._exact_select`: float64 scores selected in one launch, no certificate).
 Before any of these choices, small and mid-size L2 searches go straight to the
 exact-selection kernel at up to 32 features and to the product selection past
-that (:mod:`._product_select`: one product and one selection launch per query
+that (:mod:`._product_select`: one product and one or two selection launches per query
 block, its certificate inside the kernel).
 """
 
@@ -195,7 +195,7 @@ def knn_search(
     plan_tiles(n_query, ref.shape[0], ref.shape[1], candidate_count(k, ref.shape[0]), ref.element_size(), budget_bytes)
     # Final float64 scores whatever the ties, with no float64-order check, duplicate search, probe
     # or certificate first: wide data, and large searches at more than one chunk of features, on
-    # one product and one selection launch per query block (._product_select); the others at few
+    # one product and one or two selection launches per query block (._product_select); the others at few
     # features in one launch (._exact_select).
     first = None
     if _runs_first(ref, query, device, float64_order):
