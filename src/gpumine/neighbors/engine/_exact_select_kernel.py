@@ -280,16 +280,19 @@ def _multiprocessors(device: torch.device) -> int:
     return count
 
 
+def splits_to_fill(programs: int, target: int, most: int) -> int:
+    """Reference splits that bring ``programs`` query blocks up to ``target`` programs: one where they
+    reach it already, else at most ``most`` (and at least one)."""
+    return 1 if programs >= target else max(1, min(-(-target // programs), most))
+
+
 def default_splits(n_query: int, n_ref: int, block_m: int, block_n: int, device: torch.device, num_warps: int = 4) -> int:
     """Reference splits per query block: enough programs to fill the GPU, each split at least a few tiles."""
     if device.type != "cuda":
         return 1
-    programs = -(-n_query // block_m)
     # about sixteen warps per multiprocessor, however many a program has
     target = _multiprocessors(device) * max(1, 16 // num_warps)
-    if programs >= target:
-        return 1
-    return max(1, min(-(-target // programs), n_ref // (8 * block_n)))
+    return splits_to_fill(-(-n_query // block_m), target, n_ref // (8 * block_n))
 
 
 def default_blocks(C: int, d: int = 1) -> tuple[int, int, int]:

@@ -55,7 +55,7 @@ except ImportError:  # pragma: no cover - exercised on machines without triton
 from ...core.distance import EXACT_SUM_CHUNK
 from ...core.select import PAD_INDEX, pad_topk, topk_by_score_then_index
 from ...core.tiles import unit_row_stride
-from ._exact_select_kernel import _PLACED_MAX_COMPARISONS, EXACT_SELECT_MAX_K, _multiprocessors
+from ._exact_select_kernel import _PLACED_MAX_COMPARISONS, EXACT_SELECT_MAX_K, _multiprocessors, splits_to_fill
 
 __all__ = ["product_select", "product_select_torch", "product_select_available", "PRODUCT_SELECT_MAX_K",
            "default_product_blocks", "default_product_splits", "default_finish_apart", "kept_candidates"]
@@ -256,11 +256,8 @@ def default_product_splits(n_query: int, n_ref: int, block_m: int, block_n: int,
     least ``SPLIT_MIN_TILES`` tiles."""
     if device.type != "cuda":
         return 1
-    programs = -(-n_query // block_m)
     target = _multiprocessors(device) * SPLIT_TARGET_PROGRAMS
-    if programs >= target:
-        return 1
-    return max(1, min(-(-target // programs), -(-n_ref // block_n) // SPLIT_MIN_TILES))
+    return splits_to_fill(-(-n_query // block_m), target, -(-n_ref // block_n) // SPLIT_MIN_TILES)
 
 
 def default_finish_apart(n_query: int, block_m: int, device: torch.device) -> bool:
