@@ -19,7 +19,7 @@ from typing import Iterator
 
 import torch
 
-__all__ = ["TilePlan", "plan_tiles", "tile_bytes", "iter_row_chunks", "fits_on_device", "same_device",
+__all__ = ["TilePlan", "plan_tiles", "padded_columns", "PRODUCT_ROW_BYTES", "tile_bytes", "iter_row_chunks", "fits_on_device", "same_device",
            "copy_to_host", "copy_to_device", "unit_row_stride"]
 
 _INDEX_BYTES = 8
@@ -33,7 +33,13 @@ class TilePlan:
     ref_rows: int
     budget_bytes: int
 
-    def tile_bytes(self, n_features: int, n_candidates: int, itemsize: int) -> int:
+    # rows of matrix-product operands are padded to a multiple of this many bytes (padded_columns):
+# cuBLAS ran products of 63- and 129-column rows at a half to a third of the speed of padded ones
+# (BENCHMARKS.md, "Design measurements quoted in the code")
+PRODUCT_ROW_BYTES = 32
+
+
+def tile_bytes(self, n_features: int, n_candidates: int, itemsize: int) -> int:
         return tile_bytes(self.query_rows, self.ref_rows, n_features, n_candidates, itemsize)
 
 
@@ -108,6 +114,19 @@ def fits_on_device(n_bytes: int, device: torch.device, fraction: float = 0.5) ->
 def unit_row_stride(X: torch.Tensor) -> torch.Tensor:
     """``X`` with consecutive elements along each row (what a kernel's row pointer arithmetic assumes); a copy only if not."""
     return X if X.stride(1) == 1 else X.contiguous()
+
+
+def padded_columns(X: torch.Tensor, row_bytes: int | None = None) -> torch.Tensor:
+    """``X`` (n, m) with zero columns appended up to a multiple of ``row_bytes`` (default
+    ``PRODUCT_ROW_BYTES``) per row (``X`` itself if none are needed).
+
+    A matrix product's operands whose rows start on such boundaries get the
+    library's fast kernels (vectorised loads); zero columns add exact zeros to
+    every dot product.
+    """
+    per_row = max(1, (row_bytes or PRODUCT_ROW_BYTES) // X.element_size())
+    extra = -X.shape[1] % per_row
+    return torch.nn.functional.pad(X, (0, extra)) if extra else X
 
 
 def same_device(a: torch.device, b: torch.device) -> bool:

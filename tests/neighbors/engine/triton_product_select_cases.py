@@ -169,3 +169,49 @@ def test_search_of_float64_data_far_from_the_origin():
     want_scores, want_index = _oracle(Y, Y, 4, "sqeuclidean", True)
     np.testing.assert_array_equal(index.cpu().numpy(), want_index)
     np.testing.assert_array_equal(keys.cpu().numpy(), want_scores)
+
+
+def _outlier_data(n, d, rng):
+    """A tight cloud and two far rows: every row's float32 bound (from the largest norm) dwarfs its distances."""
+    X = (1e-2 * rng.standard_normal((n, d))).astype(np.float32)
+    X[[3, n - 5]] = 3e3
+    return X
+
+
+@pytest.mark.parametrize("self_search", [True, False])
+def test_float32_probe_keeps_float32_products_only_where_they_certify(monkeypatch, self_search):
+    from gpumine.neighbors.engine import _product_select
+    from gpumine.neighbors.engine._dense import DenseReferences
+
+    monkeypatch.setattr(_product_select, "_probes_float32", lambda *shape: True)
+    monkeypatch.setattr(_product_select, "FLOAT32_PROBE_ROWS", 9)
+    rng = np.random.default_rng(8)
+    for data, certifies in ((_data("float", 24 * SCALE, 9, rng), True), (_outlier_data(24 * SCALE, 9, rng), False)):
+        ref = torch.tensor(data, device=DEVICE)
+        query = ref if self_search else torch.tensor(data[::3] + 1e-3, device=DEVICE)
+        refs = DenseReferences(ref, 5, L2, exclude_self=self_search, tile_dtype=torch.float32)
+        assert _product_select.float32_certifies(refs, query, ref.T.contiguous()) is certifies
+        stats = {}
+        keys, index = product_select_search(ref, query, 5, L2, exclude_self=self_search, budget_bytes=1 << 20, stats=stats)
+        assert stats["float32_probe_rows"] == min(9, query.shape[0])
+        assert (stats["float32_probe_open"] == 0) is certifies
+        if certifies:
+            assert stats["tile_dtype"] == "float32"
+        want_scores, want_index = _oracle(query.cpu().numpy(), data, 5, "sqeuclidean", self_search)
+        np.testing.assert_array_equal(index.cpu().numpy(), want_index)
+        np.testing.assert_array_equal(keys.cpu().numpy(), want_scores)
+
+
+def test_without_rescan_open_rows_are_counted_and_certified_rows_final():
+    rng = np.random.default_rng(12)
+    Y = np.concatenate([_data("duplicates", 18 * SCALE, 35, rng), _data("float", 18 * SCALE, 35, rng)])
+    S, offset, slack, exact, rel_tile, rel64 = _operands(Y, Y, torch.float32, 4)
+    T = torch.tensor(Y.T.copy(), device=DEVICE)
+    kw = dict(exact=exact, rel_tile=rel_tile, rel64=rel64, exclude_self=True, block_n=32)
+    full, counted = {}, {}
+    scores, index = product_select(S, offset, slack, T, T, 4, **kw, stats=full)
+    _, index_unscanned = product_select(S, offset, slack, T, T, 4, **kw, rescan=False, stats=counted)
+    assert int(counted["rows_rescanned"]) == int(full["rows_rescanned"]) > 0
+    # the duplicated rows (ties across the margin) are the open ones; the rest equal the full search
+    tail = slice(18 * SCALE, None)
+    assert torch.equal(index_unscanned[tail].cpu(), index[tail].cpu())

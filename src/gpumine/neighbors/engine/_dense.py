@@ -37,6 +37,8 @@ import torch
 
 from ...core.distance import Metric
 from ...core.select import PAD_INDEX
+from ...core.tiles import padded_columns
+from ._split_product import SPLIT_ROUNDOFF, split_product, split_rows, split_terms
 
 __all__ = ["DENSE_METRICS", "DENSE_MAX_PAIRS", "DENSE_MIN_FEATURES_ALWAYS", "dense_applies", "dense_by_size", "dense_eligible",
            "dense_search", "DenseReferences", "block_scores", "first_pass", "settle", "integer_centre", "integer_centre_on_device", "tile_dtype_for", "candidates_for"]
@@ -148,17 +150,21 @@ class DenseReferences:
     """
 
     def __init__(self, ref: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool, tile_dtype: torch.dtype,
-                 centre: torch.Tensor | None = None):
+                 centre: torch.Tensor | None = None, split: bool = False):
         self.ref, self.k, self.metric, self.exclude_self = ref, k, metric, exclude_self
         self.d = ref.shape[1]
         self.available = ref.shape[0] - (1 if exclude_self else 0)
         self.c = candidates_for(k, self.available, centre is not None)
         self.exact = centre is not None
         self.tile_dtype = ref.dtype if self.exact else tile_dtype
+        if split and (self.exact or self.tile_dtype != torch.float32):
+            raise ValueError("split products take float32 tiles of data whose products are not exact already")
+        # float32 products as one TF32 product of split rows (see ._split_product)
+        self.split = split
         wide = ref.to(self.tile_dtype)
         self.centre = centre if self.exact else metric.centre(wide)
         prepared = metric.prepare(wide, self.centre, "ref")
-        self.rows = prepared["rows"]
+        self.rows = padded_columns(split_rows(prepared["rows"], "ref") if split else prepared["rows"])
         self.scale = metric.ref_scale(prepared)
         self.source = _FeatureSource(ref, metric, self.d)
 
@@ -193,13 +199,23 @@ def block_scores(refs: DenseReferences, Q: torch.Tensor) -> tuple[torch.Tensor, 
     """
     metric, d = refs.metric, refs.d
     Qp = metric.prepare(Q.to(refs.tile_dtype), refs.centre, "query")
-    S = Qp["rows"] @ refs.rows.T
+    if refs.split:
+        S = split_product(padded_columns(split_rows(Qp["rows"], "query")), refs.rows)
+    else:
+        S = padded_columns(Qp["rows"]) @ refs.rows.T
     offset, offset_error = metric.tile_offset(Qp, d)
     offset = offset.double()
     if refs.exact:  # the tile scores plus |x|^2 are the scores: no error
         return S, offset, torch.zeros_like(offset)
-    low = metric.bounds(Qp, refs.scale, d, Q.device, S[:, 0], S[:, 0])[0]
-    return S, offset, low.double() + offset_error.double()
+    if not refs.split:
+        low = metric.bounds(Qp, refs.scale, d, Q.device, S[:, 0], S[:, 0])[0]
+        return S, offset, low.double() + offset_error.double()
+    # a float32 sum of the split rows' terms, and what splitting drops: per term at most
+    # SPLIT_ROUNDOFF |x_f| |y_f|, whose sum over [x, 1] . [-2y, |y|^2] is at most |x|^2 + 2 max |y|^2
+    terms = split_terms(Qp["rows"].shape[1])
+    low = metric.bounds(Qp, refs.scale, terms, Q.device, S[:, 0], S[:, 0])[0].double()
+    dropped = SPLIT_ROUNDOFF * (Qp["sqnorm"].double() + 2.0 * refs.scale.double())
+    return S, offset, low + dropped + offset_error.double()
 
 
 def first_pass(refs: DenseReferences, Q: torch.Tensor, q0: int) -> DenseBlock:

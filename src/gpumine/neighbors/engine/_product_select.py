@@ -23,13 +23,13 @@ from __future__ import annotations
 import torch
 
 from ...core.distance import Metric
-from ._dense import DenseReferences, _rel, block_scores, dense_eligible, integer_centre, tile_dtype_for
+from ._dense import DenseReferences, _matmul_rounds_operands, _rel, block_scores, dense_eligible, integer_centre, tile_dtype_for
 from ._exact_select import EXACT_SELECT_FIRST_FEATURES, feature_major
 from ._product_select_kernel import PRODUCT_SELECT_MAX_K, kept_candidates, product_select, product_select_available
 
 __all__ = ["product_select_supports", "product_select_first", "product_select_if_integral", "product_select_search", "select_block", "PRODUCT_SELECT",
            "PRODUCT_SELECT_MIN_FEATURES", "PRODUCT_SELECT_LARGE_MIN_FEATURES", "PRODUCT_SELECT_LARGE_MIN_PAIRS",
-           "PRODUCT_SELECT_MAX_PAIRS", "PRODUCT_SELECT_INTEGRAL_MAX_PAIRS"]
+           "PRODUCT_SELECT_MAX_PAIRS", "PRODUCT_SELECT_INTEGRAL_MAX_PAIRS", "FLOAT32_PROBE", "float32_certifies"]
 
 # False turns the path off (same-run A/B timings)
 PRODUCT_SELECT = True
@@ -46,6 +46,21 @@ PRODUCT_SELECT_LARGE_MIN_FEATURES = 17
 PRODUCT_SELECT_LARGE_MIN_PAIRS = 1 << 30
 PRODUCT_SELECT_MAX_PAIRS = 1 << 32
 PRODUCT_SELECT_INTEGRAL_MAX_PAIRS = 1 << 36
+# Where the device's products would be float64 (tile_dtype_for), searches of at least
+# FLOAT32_PROBE_MIN_PAIRS pairs first run FLOAT32_PROBE_ROWS of their queries, spread over the set,
+# on float32 products, and keep float32 when the certificate leaves at most FLOAT32_PROBE_MAX_OPEN of
+# those rows open. Float32 products take about half the float64 ones' time and their scores half the
+# bytes, but their error (about 2^-24 of the squared norms) leaves most rows open on data whose norms
+# dwarf its distances (counts, money: SpamBase, shuttle), and nothing about the data tells the two
+# kinds apart before a search. The probe costs one host wait and a few hundred rows' search; the
+# results are the same bit for bit either way. False: no probe (same-run A/B timings).
+FLOAT32_PROBE = True
+# True: those float32 products run as one TF32 tensor-core product of split rows (._split_product,
+# a few times float32's rate); False: plain float32 products (same-run A/B timings)
+SPLIT_PRODUCTS = True
+FLOAT32_PROBE_MIN_PAIRS = 1 << 28
+FLOAT32_PROBE_ROWS = 256
+FLOAT32_PROBE_MAX_OPEN = 1 / 8
 
 
 def product_select_supports(metric: Metric, dtype: torch.dtype, d: int, k: int, device: torch.device, backend: str,
@@ -86,9 +101,16 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
                 torch.empty((0, k), dtype=torch.int64, device=device))
     if ref.dtype == torch.float64:
         tile_dtype = torch.float64  # as dense_search: rounding float64 data first is outside the bound
-    refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=tile_dtype or tile_dtype_for(device),
-                           centre=integer_centre(ref, query))
+    centre = integer_centre(ref, query)
     RT, QT = feature_major(ref, query)
+    refs = None
+    if tile_dtype is None and centre is None and _probes_float32(n_query, n_ref, device):
+        refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=torch.float32, split=SPLIT_PRODUCTS)
+        if not float32_certifies(refs, query, RT, stats):
+            refs = None
+    if refs is None:
+        refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=tile_dtype or tile_dtype_for(device),
+                               centre=centre)
     item = torch.finfo(refs.tile_dtype).bits // 8
     # a block's scores, its prepared query rows, the per-row bounds and the kernel's candidate lists
     rows = max(1, min(n_query, budget_bytes // (n_ref * item + (d + 8) * 8 + kept_candidates(k) * 12)))
@@ -104,6 +126,35 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
         stats.update(selection="product_select", candidates=kept_candidates(k), query_rows=rows, scores_exact=refs.exact,
                      tile_dtype=str(refs.tile_dtype).replace("torch.", ""), rows_rescanned=int(stats.get("rows_rescanned", 0)))
     return keys_out, index_out
+
+
+def _probes_float32(n_query: int, n_ref: int, device: torch.device) -> bool:
+    """Whether a search of float32 data with float64 products by default tries float32 ones first (see ``FLOAT32_PROBE``)."""
+    return (FLOAT32_PROBE and n_query * n_ref >= FLOAT32_PROBE_MIN_PAIRS and tile_dtype_for(device) == torch.float64
+            and not _matmul_rounds_operands(device))
+
+
+def float32_certifies(refs: DenseReferences, query: torch.Tensor, RT: torch.Tensor, stats: dict | None = None) -> bool:
+    """Whether float32 products (``refs``) certify nearly every row of a sample of ``query`` (one host wait).
+
+    The sample is ``FLOAT32_PROBE_ROWS`` rows spread evenly over the queries,
+    searched for one neighbour more than a self-search keeps (its own row, at
+    distance zero, takes the first place) with the search's certificate; at most
+    ``FLOAT32_PROBE_MAX_OPEN`` of them may be left open. Open rows are counted, not
+    rescanned.
+    """
+    n_query, n_ref = query.shape[0], refs.ref.shape[0]
+    picked = torch.linspace(0, n_query - 1, min(n_query, FLOAT32_PROBE_ROWS), device=query.device).round().long()
+    sample = query[picked]
+    k = min(refs.k + (1 if refs.exclude_self else 0), PRODUCT_SELECT_MAX_K, n_ref)
+    S, offset, slack = block_scores(refs, sample)
+    counted: dict = {}
+    product_select(S, offset, slack, sample.T.contiguous(), RT, k, exact=False, rel_tile=_rel(torch.float32, refs.d),
+                   rel64=_rel(torch.float64, refs.d), rescan=False, stats=counted)
+    left_open = int(counted["rows_rescanned"])
+    if stats is not None:
+        stats.update(float32_probe_rows=sample.shape[0], float32_probe_open=left_open)
+    return left_open <= FLOAT32_PROBE_MAX_OPEN * sample.shape[0]
 
 
 def select_block(refs: DenseReferences, query: torch.Tensor, QT: torch.Tensor, RT: torch.Tensor, q0: int,

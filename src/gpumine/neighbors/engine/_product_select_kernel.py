@@ -117,7 +117,7 @@ if triton is not None:
         stride_s, stride_q_feat, stride_r_feat, stride_out,
         CHUNK: tl.constexpr, EXACT: tl.constexpr, EXCLUDE_SELF: tl.constexpr, C: tl.constexpr, KEEP: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr, PLACED: tl.constexpr, START_AT_OWN: tl.constexpr,
-        STAGE: tl.constexpr,
+        STAGE: tl.constexpr, RESCAN: tl.constexpr,
     ):
         # STAGE 0: the whole search of a row in one program. STAGE 1: program (row block, split)
         # keeps the KEEP best of its split's tiles (columns split * tiles_per_split * BLOCK_N, ...)
@@ -207,7 +207,7 @@ if triton is not None:
                 open_row = row_ok & full & ~(worst * grow < least_out)
                 if tl.max(open_row.to(tl.int32), 0) > 0:
                     tl.atomic_add(OPEN_ROWS, tl.sum(open_row.to(tl.int32), 0))
-                    for start in range(0, n_ref, BLOCK_N):
+                    for start in range(0, n_ref if RESCAN else 0, BLOCK_N):
                         rescan_cols = start + lanes
                         ids = rescan_cols.to(tl.int32)[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
                         rescan_valid = open_row[:, None] & (rescan_cols < n_ref)[None, :]
@@ -309,7 +309,7 @@ def product_select_torch(S: torch.Tensor, offset: torch.Tensor, slack: torch.Ten
 def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, QT: torch.Tensor, RT: torch.Tensor, k: int, *,
                    exact: bool, rel_tile: float, rel64: float, exclude_self: bool = False, self_offset: int = 0,
                    block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
-                   splits: int | None = None, finish_apart: bool | None = None,
+                   splits: int | None = None, finish_apart: bool | None = None, rescan: bool = True,
                    stats: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` nearest references of every query row of ``S`` by (float64 exact score, index), in one or two launches.
 
@@ -338,6 +338,9 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     finish_apart : bool, optional
         Whether an unsplit search finishes its rows in a second launch (default
         :func:`default_finish_apart`).
+    rescan : bool
+        False: rows the certificate leaves open are counted (``stats``) but not
+        rescanned, so their lists are not final (a probe of how many there are).
     stats : dict, optional
         Receives ``rows_rescanned`` (added to what it holds): a one-element device
         tensor counting the rows the certificate left open; where it holds the key
@@ -385,7 +388,7 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     shape = (n_query, n_ref, self_offset, min(k, C), d, tiles_per_split, splits,
              S.stride(0), QT.stride(0), RT.stride(0), scores.stride(0))
     constants = dict(CHUNK=EXACT_SUM_CHUNK, EXACT=bool(exact), EXCLUDE_SELF=exclude_self, C=C, KEEP=keep, BLOCK_M=bm,
-                     BLOCK_N=bn, WIDE=wide, PLACED=placed, START_AT_OWN=START_AT_OWN, num_warps=warps,
+                     BLOCK_N=bn, WIDE=wide, PLACED=placed, START_AT_OWN=START_AT_OWN, RESCAN=bool(rescan), num_warps=warps,
                      enable_fp_fusion=False)
     row_blocks = triton.cdiv(n_query, bm)
     launched = []

@@ -1,0 +1,63 @@
+"""Float32 matrix products from TF32 tensor cores: each operand split in two, three products in one.
+
+Data-centre GPUs multiply TF32 (float32 with 10 explicit mantissa bits) on their
+tensor cores at several times the float32 rate, and a product of two TF32 values
+is exact in float32. Each float32 value ``x`` is split into ``x_hi``, its leading
+mantissa bits (the low 13 bits cleared, so a tensor core reads it exactly), and
+``x_lo``, the remainder ``x - x_hi`` (exact in float32) cleared the same way. Then
+
+    x . y  ~  x_hi . y_hi + x_hi . y_lo + x_lo . y_hi,
+
+one product of rows ``[x_hi, x_hi, x_lo]`` and ``[y_hi, y_lo, y_hi]`` (three times
+the inner dimension, one output). Per term the dropped parts (``x_lo y_lo``, and
+what clearing took from ``x - x_hi`` and ``y - y_hi``) are each under
+``2^-20 |x| |y|``: :data:`SPLIT_ROUNDOFF` (``2^-18``) bounds their sum, so a
+product's error is at most ``SPLIT_ROUNDOFF * sum_f |x_f| |y_f|`` plus the float32
+rounding of a sum of three times as many terms. Where the product runs without
+tensor cores (a CPU) the split terms are multiplied in float32 exactly, and the
+same bound holds.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["SPLIT_ROUNDOFF", "split_rows", "split_product", "split_terms"]
+
+# bound on the dropped parts of one split product, relative to |x| |y| (3 * 2^-20 and a margin)
+SPLIT_ROUNDOFF = 2.0**-18
+# the float32 bits a TF32 tensor core ignores
+_TF32_DROPPED_BITS = (1 << 13) - 1
+
+
+def _leading(X: torch.Tensor) -> torch.Tensor:
+    """``X`` with the mantissa bits TF32 ignores cleared (exact in TF32)."""
+    return (X.view(torch.int32) & ~_TF32_DROPPED_BITS).view(torch.float32)
+
+
+def split_rows(rows: torch.Tensor, side: str) -> torch.Tensor:
+    """Float32 ``rows`` (n, m) as (n, 3m): ``[hi, hi, lo]`` for ``side="query"``, ``[hi, lo, hi]`` for ``"ref"``."""
+    if rows.dtype != torch.float32 or rows.dim() != 2:
+        raise ValueError(f"split_rows takes a float32 matrix; got {rows.dtype} {tuple(rows.shape)}")
+    if side not in ("query", "ref"):
+        raise ValueError(f"side must be 'query' or 'ref'; got {side!r}")
+    hi = _leading(rows.contiguous())
+    lo = _leading(rows - hi)
+    return torch.cat([hi, hi, lo] if side == "query" else [hi, lo, hi], dim=1)
+
+
+def split_terms(m: int) -> int:
+    """Terms a split product sums for an inner dimension of ``m`` (for its rounding bound)."""
+    return 3 * m
+
+
+def split_product(query_rows: torch.Tensor, ref_rows: torch.Tensor) -> torch.Tensor:
+    """``query_rows @ ref_rows.T`` of split rows (:func:`split_rows`) on TF32 tensor cores where there are some."""
+    if not query_rows.is_cuda:
+        return query_rows @ ref_rows.T
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        return query_rows @ ref_rows.T
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous

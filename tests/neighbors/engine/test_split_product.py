@@ -1,0 +1,60 @@
+"""Float32 products from split rows (three TF32 products in one): the split, and the stated error bound
+against float64 on data built to round badly, on the CPU and (marked gpu) on TF32 tensor cores."""
+
+import numpy as np
+import pytest
+import torch
+
+from gpumine.neighbors.engine._split_product import SPLIT_ROUNDOFF, split_product, split_rows, split_terms
+
+
+def _awkward(n, m, seed, scale=1.0):
+    """Values with every mantissa bit set and signs mixed: the split drops the most and sums cancel."""
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0x3F7FE000, 0x3F800000, size=(n, m), dtype=np.int64).astype(np.int32)
+    X = bits.view(np.float32) * np.float32(scale) * rng.choice([-1.0, 1.0], size=(n, m)).astype(np.float32)
+    X *= rng.uniform(0.5, 2.0, size=(n, m)).astype(np.float32)
+    return torch.from_numpy(X)
+
+
+def _check_bound(X, Y, device):
+    S = split_product(split_rows(X.to(device), "query"), split_rows(Y.to(device), "ref")).cpu().double()
+    X64, Y64 = X.double(), Y.double()
+    exact = X64 @ Y64.T
+    absolute = X64.abs() @ Y64.abs().T
+    # the dropped parts, and a float32 sum of 3m terms (each under 1.001 |x_f| |y_f|) at four times
+    # the unit roundoff per term, as Metric.bounds allows
+    bound = SPLIT_ROUNDOFF * absolute + 4.0 * (split_terms(X.shape[1]) + 4) * 2.0**-24 * 1.001 * absolute
+    assert ((S - exact).abs() <= bound).all()
+
+
+def test_split_parts_are_tf32_values_and_add_up():
+    X = _awkward(37, 11, 0, scale=1e3)
+    Q, R = split_rows(X, "query"), split_rows(X, "ref")
+    assert Q.shape == (37, 33) and R.shape == (37, 33)
+    assert ((Q.view(torch.int32) & 0x1FFF) == 0).all() and ((R.view(torch.int32) & 0x1FFF) == 0).all()
+    hi, lo = R[:, :11], R[:, 11:22]
+    assert torch.equal(Q[:, :11], hi) and torch.equal(Q[:, 22:], lo) and torch.equal(R[:, 22:], hi)
+    left = X.double() - hi.double() - lo.double()
+    assert (left.abs() <= 2.0**-20 * X.double().abs()).all()
+    assert (lo.double().abs() <= 2.0**-10 * X.double().abs()).all()
+
+
+def test_split_product_error_is_within_the_bound_on_the_cpu():
+    for seed, scale in ((1, 1.0), (2, 1e-20), (3, 1e15)):
+        _check_bound(_awkward(64, 57, seed, scale), _awkward(48, 57, seed + 10, 1.0), "cpu")
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="float32"):
+        split_rows(torch.zeros((3, 2), dtype=torch.float64), "query")
+    with pytest.raises(ValueError, match="side"):
+        split_rows(torch.zeros((3, 2)), "left")
+
+
+@pytest.mark.gpu
+def test_split_product_error_is_within_the_bound_on_tensor_cores():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    for seed, (n, m, d) in enumerate(((300, 500, 3), (1000, 777, 63), (257, 129, 385), (64, 4000, 1556))):
+        _check_bound(_awkward(n, d, seed), _awkward(m, d, seed + 100), "cuda")
