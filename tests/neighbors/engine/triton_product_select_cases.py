@@ -200,6 +200,16 @@ def test_float32_probe_keeps_float32_products_only_where_they_certify(monkeypatc
         want_scores, want_index = _oracle(query.cpu().numpy(), data, 5, "sqeuclidean", self_search)
         np.testing.assert_array_equal(index.cpu().numpy(), want_index)
         np.testing.assert_array_equal(keys.cpu().numpy(), want_scores)
+        if not certifies:
+            continue
+        # the same references again: the verdict is remembered; changed in place: probed again
+        again = {}
+        product_select_search(ref, query, 5, L2, exclude_self=self_search, budget_bytes=1 << 20, stats=again)
+        assert again["float32_probe_rows"] == 0 and again["tile_dtype"] == stats["tile_dtype"]
+        ref.mul_(1.0)
+        product_select_search(ref, ref if self_search else query, 5, L2, exclude_self=self_search, budget_bytes=1 << 20,
+                              stats=again)
+        assert again["float32_probe_rows"] == min(9, query.shape[0])
 
 
 def test_without_rescan_open_rows_are_counted_and_certified_rows_final():

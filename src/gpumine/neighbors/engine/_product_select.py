@@ -20,6 +20,8 @@ whether integer data's products are exact. Results equal
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from ...core.distance import Metric
@@ -105,8 +107,15 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
     RT, QT = feature_major(ref, query)
     refs = None
     if tile_dtype is None and centre is None and _probes_float32(n_query, n_ref, device):
-        refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=torch.float32, split=SPLIT_PRODUCTS)
-        if not float32_certifies(refs, query, RT, stats):
+        verdict = _remembered_verdict(ref, query, k)
+        if verdict is not False:
+            refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=torch.float32, split=SPLIT_PRODUCTS)
+        if verdict is None:
+            verdict = float32_certifies(refs, query, RT, stats)
+            _remember_verdict(ref, query, k, verdict)
+        elif stats is not None:
+            stats.update(float32_probe_rows=0)  # a verdict remembered for these references
+        if not verdict:
             refs = None
     if refs is None:
         refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=tile_dtype or tile_dtype_for(device),
@@ -126,6 +135,33 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
         stats.update(selection="product_select", candidates=kept_candidates(k), query_rows=rows, scores_exact=refs.exact,
                      tile_dtype=str(refs.tile_dtype).replace("torch.", ""), rows_rescanned=int(stats.get("rows_rescanned", 0)))
     return keys_out, index_out
+
+
+# The probe's verdicts by reference set (the same tensor, unchanged since: its version counter and
+# storage), k and whether the queries are the references: searches against the same references (an
+# estimator's fitted data, repeated queries) probe once. A verdict chooses the products' precision
+# only; results are exact either way, and a float32 verdict that later queries do not bear out costs
+# their open rows' rescans.
+_VERDICTS: dict = {}
+_VERDICTS_KEPT = 16
+
+
+def _verdict_key(ref: torch.Tensor, query: torch.Tensor, k: int):
+    return (ref._version, ref.data_ptr(), tuple(ref.shape), tuple(ref.stride()), ref.dtype, k, query is ref)
+
+
+def _remembered_verdict(ref: torch.Tensor, query: torch.Tensor, k: int) -> bool | None:
+    """The probe's verdict for these references, k and kind of query, if one is remembered."""
+    entry = _VERDICTS.get(id(ref))
+    if entry is None or entry[0]() is not ref or entry[1] != _verdict_key(ref, query, k):
+        return None
+    return entry[2]
+
+
+def _remember_verdict(ref: torch.Tensor, query: torch.Tensor, k: int, verdict: bool) -> None:
+    if len(_VERDICTS) >= _VERDICTS_KEPT:
+        _VERDICTS.pop(next(iter(_VERDICTS)))
+    _VERDICTS[id(ref)] = (weakref.ref(ref), _verdict_key(ref, query, k), verdict)
 
 
 def _probes_float32(n_query: int, n_ref: int, device: torch.device) -> bool:
