@@ -23,6 +23,10 @@ __all__ = ["TilePlan", "plan_tiles", "padded_columns", "PRODUCT_ROW_BYTES", "til
            "copy_to_host", "copy_to_device", "unit_row_stride"]
 
 _INDEX_BYTES = 8
+# rows of matrix-product operands are padded to a multiple of this many bytes (padded_columns):
+# cuBLAS ran products of 63- and 129-column rows at a half to a third of the speed of padded ones
+# (BENCHMARKS.md, "Design measurements quoted in the code")
+PRODUCT_ROW_BYTES = 32
 
 
 @dataclass(frozen=True)
@@ -33,13 +37,7 @@ class TilePlan:
     ref_rows: int
     budget_bytes: int
 
-    # rows of matrix-product operands are padded to a multiple of this many bytes (padded_columns):
-# cuBLAS ran products of 63- and 129-column rows at a half to a third of the speed of padded ones
-# (BENCHMARKS.md, "Design measurements quoted in the code")
-PRODUCT_ROW_BYTES = 32
-
-
-def tile_bytes(self, n_features: int, n_candidates: int, itemsize: int) -> int:
+    def tile_bytes(self, n_features: int, n_candidates: int, itemsize: int) -> int:
         return tile_bytes(self.query_rows, self.ref_rows, n_features, n_candidates, itemsize)
 
 

@@ -45,4 +45,9 @@ def test_exact_select_kernel_cases_under_the_triton_interpreter():
 
 @on_gpu_natively
 def test_product_select_kernel_cases_under_the_triton_interpreter():
-    _run_interpreted("not slow", timeout=900, cases="triton_product_select_cases.py")
+    _run_interpreted("not slow", timeout=1200, cases="triton_product_select_cases.py")
+
+
+@on_gpu_natively
+def test_row_product_kernel_cases_under_the_triton_interpreter():
+    _run_interpreted("not slow", timeout=600, cases="triton_row_product_cases.py")

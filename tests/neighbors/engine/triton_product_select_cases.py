@@ -225,3 +225,20 @@ def test_without_rescan_open_rows_are_counted_and_certified_rows_final():
     # the duplicated rows (ties across the margin) are the open ones; the rest equal the full search
     tail = slice(18 * SCALE, None)
     assert torch.equal(index_unscanned[tail].cpu(), index[tail].cpu())
+
+
+def test_rounded_float64_products_where_split_ones_leave_rows_open(monkeypatch):
+    from gpumine.neighbors.engine import _product_select
+
+    monkeypatch.setattr(_product_select, "_probes_float32", lambda *shape: True)
+    monkeypatch.setattr(_product_select, "FLOAT32_PROBE_ROWS", 9)
+    rng = np.random.default_rng(9)
+    data = rng.standard_normal((24 * SCALE, 9)).astype(np.float32)
+    data[[3, 20]] = 300.0  # split products' bound dwarfs the cloud's distances, rounded ones' does not
+    ref = torch.tensor(data, device=DEVICE)
+    stats = {}
+    keys, index = product_select_search(ref, ref, 5, L2, exclude_self=True, budget_bytes=1 << 20, stats=stats)
+    assert stats["float32_probes"] == 2 and stats["products"] == "rounded" and stats["score_dtype"] == "float32"
+    want_scores, want_index = _oracle(data, data, 5, "sqeuclidean", True)
+    np.testing.assert_array_equal(index.cpu().numpy(), want_index)
+    np.testing.assert_array_equal(keys.cpu().numpy(), want_scores)

@@ -38,6 +38,7 @@ import torch
 from ...core.distance import Metric
 from ...core.select import PAD_INDEX
 from ...core.tiles import padded_columns
+from ._row_product_kernel import row_product, row_product_available, row_product_torch
 from ._split_product import SPLIT_ROUNDOFF, split_product, split_rows, split_terms
 
 __all__ = ["DENSE_METRICS", "DENSE_MAX_PAIRS", "DENSE_MIN_FEATURES_ALWAYS", "dense_applies", "dense_by_size", "dense_eligible",
@@ -150,7 +151,7 @@ class DenseReferences:
     """
 
     def __init__(self, ref: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool, tile_dtype: torch.dtype,
-                 centre: torch.Tensor | None = None, split: bool = False):
+                 centre: torch.Tensor | None = None, split: bool = False, rounded: bool = False):
         self.ref, self.k, self.metric, self.exclude_self = ref, k, metric, exclude_self
         self.d = ref.shape[1]
         self.available = ref.shape[0] - (1 if exclude_self else 0)
@@ -159,8 +160,14 @@ class DenseReferences:
         self.tile_dtype = ref.dtype if self.exact else tile_dtype
         if split and (self.exact or self.tile_dtype != torch.float32):
             raise ValueError("split products take float32 tiles of data whose products are not exact already")
+        if rounded and (self.exact or split or self.tile_dtype != torch.float64):
+            raise ValueError("rounded products take float64 tiles of data whose products are not exact already")
         # float32 products as one TF32 product of split rows (see ._split_product)
         self.split = split
+        # float64 products stored as float32, each rounded once (see ._row_product_kernel)
+        self.rounded = rounded
+        # the scores' dtype, as the selection reads them
+        self.score_dtype = torch.float32 if rounded else self.tile_dtype
         wide = ref.to(self.tile_dtype)
         self.centre = centre if self.exact else metric.centre(wide)
         prepared = metric.prepare(wide, self.centre, "ref")
@@ -201,12 +208,21 @@ def block_scores(refs: DenseReferences, Q: torch.Tensor) -> tuple[torch.Tensor, 
     Qp = metric.prepare(Q.to(refs.tile_dtype), refs.centre, "query")
     if refs.split:
         S = split_product(padded_columns(split_rows(Qp["rows"], "query")), refs.rows)
+    elif refs.rounded:
+        product = row_product if Q.is_cuda and row_product_available() else row_product_torch
+        S = product(padded_columns(Qp["rows"]), refs.rows, out_dtype=torch.float32)
     else:
         S = padded_columns(Qp["rows"]) @ refs.rows.T
     offset, offset_error = metric.tile_offset(Qp, d)
     offset = offset.double()
     if refs.exact:  # the tile scores plus |x|^2 are the scores: no error
         return S, offset, torch.zeros_like(offset)
+    if refs.rounded:
+        # the float64 products' bound, and their rounding to float32: half an ulp of a score at most
+        # |x|^2 + 2 max |y|^2 in magnitude (|y|^2 - 2 x.y), or half the least subnormal step
+        low = metric.bounds(Qp, refs.scale, d, Q.device, Qp["sqnorm"][:1], Qp["sqnorm"][:1])[0]
+        rounding = 2.0**-24 * (Qp["sqnorm"] + 2.0 * refs.scale) + 2.0**-149
+        return S, offset, low + rounding + offset_error
     if not refs.split:
         low = metric.bounds(Qp, refs.scale, d, Q.device, S[:, 0], S[:, 0])[0]
         return S, offset, low.double() + offset_error.double()

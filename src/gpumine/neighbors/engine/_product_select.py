@@ -4,7 +4,9 @@ For L2 searches at more features than the exact-selection kernel serves well
 (:mod:`._exact_select`): per query block one product gives every pair's tile
 score (float64 products where the GPU runs them at full rate, see
 :func:`._dense.tile_dtype_for`; float32 ones where integer data makes them exact,
-see :func:`._dense.integer_centre`), and one launch of
+see :func:`._dense.integer_centre`; on large searches, float32 scores from split
+TF32 products or rounded float64 ones where a probe of a few hundred queries
+finds that they certify, see ``FLOAT32_PROBE``), and one launch of
 :mod:`._product_select_kernel` (two for large grids or split references, see
 :func:`product_select`) selects the k best by (float64 exact score,
 index): each row's best candidates by tile score are re-scored in float64 and
@@ -12,8 +14,9 @@ certified; only rows that ties or near-ties leave open read their scores again.
 
 Bound: per block one product, at most two reads of its scores and at most one
 float64 exact score per pair (where ties keep every lane within reach),
-whatever the data; no retry, radius pass or host wait but the one that decides
-whether integer data's products are exact. Results equal
+whatever the data; no retry, radius pass or host wait but the ones that decide
+whether integer data's products are exact and (once per reference set) which
+products a large search takes. Results equal
 :func:`._dense.dense_search`'s bit for bit: the same float64 scores in
 :meth:`Metric.exact_scores`' order, ordered by (score, index).
 """
@@ -28,6 +31,7 @@ from ...core.distance import Metric
 from ._dense import DenseReferences, _matmul_rounds_operands, _rel, block_scores, dense_eligible, integer_centre, tile_dtype_for
 from ._exact_select import EXACT_SELECT_FIRST_FEATURES, feature_major
 from ._product_select_kernel import PRODUCT_SELECT_MAX_K, kept_candidates, product_select, product_select_available
+from ._row_product_kernel import row_product_available
 
 __all__ = ["product_select_supports", "product_select_first", "product_select_if_integral", "product_select_search", "select_block", "PRODUCT_SELECT",
            "PRODUCT_SELECT_MIN_FEATURES", "PRODUCT_SELECT_LARGE_MIN_FEATURES", "PRODUCT_SELECT_LARGE_MIN_PAIRS",
@@ -50,19 +54,25 @@ PRODUCT_SELECT_MAX_PAIRS = 1 << 32
 PRODUCT_SELECT_INTEGRAL_MAX_PAIRS = 1 << 36
 # Where the device's products would be float64 (tile_dtype_for), searches of at least
 # FLOAT32_PROBE_MIN_PAIRS pairs first run FLOAT32_PROBE_ROWS of their queries, spread over the set,
-# on float32 products, and keep float32 when the certificate leaves at most FLOAT32_PROBE_MAX_OPEN of
-# those rows open. Float32 products take about half the float64 ones' time and their scores half the
-# bytes, but their error (about 2^-24 of the squared norms) leaves most rows open on data whose norms
-# dwarf its distances (counts, money: SpamBase, shuttle), and nothing about the data tells the two
-# kinds apart before a search. The probe costs one host wait and a few hundred rows' search; the
-# results are the same bit for bit either way. False: no probe (same-run A/B timings).
+# on float32 scores, and keep them when the certificate leaves at most FLOAT32_PROBE_MAX_OPEN of those
+# rows open: split TF32 products first (SPLIT_PRODUCTS), then float64 products rounded to float32
+# (ROUNDED_PRODUCTS). Either takes a fraction of the float64 products' time and its scores half the
+# bytes, but their error (about 2^-24 of the squared norms, times the terms summed for the split ones)
+# leaves most rows open on data whose norms dwarf its distances (counts, money: SpamBase, shuttle), and
+# nothing about the data tells the kinds apart before a search. A probe costs one host wait and a few
+# hundred rows' search, once per reference set (see _VERDICTS); the results are the same bit for bit
+# whatever it finds. False: no probe (same-run A/B timings).
 FLOAT32_PROBE = True
-# True: those float32 products run as one TF32 tensor-core product of split rows (._split_product,
-# a few times float32's rate); False: plain float32 products (same-run A/B timings)
-SPLIT_PRODUCTS = True
 FLOAT32_PROBE_MIN_PAIRS = 1 << 28
 FLOAT32_PROBE_ROWS = 256
 FLOAT32_PROBE_MAX_OPEN = 1 / 8
+# True: split products are probed first (._split_product: one TF32 tensor-core product of split rows,
+# the fastest at many features); False: not (same-run A/B timings)
+SPLIT_PRODUCTS = True
+# True: where split products leave too many rows open, float64 products rounded to float32 are
+# probed next (._row_product_kernel; at few features faster than cuBLAS's float64 products);
+# False: float64 scores there (same-run A/B timings)
+ROUNDED_PRODUCTS = True
 
 
 def product_select_supports(metric: Metric, dtype: torch.dtype, d: int, k: int, device: torch.device, backend: str,
@@ -107,20 +117,11 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
     RT, QT = feature_major(ref, query)
     refs = None
     if tile_dtype is None and centre is None and _probes_float32(n_query, n_ref, device):
-        verdict = _remembered_verdict(ref, query, k)
-        if verdict is not False:
-            refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=torch.float32, split=SPLIT_PRODUCTS)
-        if verdict is None:
-            verdict = float32_certifies(refs, query, RT, stats)
-            _remember_verdict(ref, query, k, verdict)
-        elif stats is not None:
-            stats.update(float32_probe_rows=0)  # a verdict remembered for these references
-        if not verdict:
-            refs = None
+        refs = _float32_references(ref, query, RT, k, metric, exclude_self, stats)
     if refs is None:
         refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=tile_dtype or tile_dtype_for(device),
                                centre=centre)
-    item = torch.finfo(refs.tile_dtype).bits // 8
+    item = torch.finfo(refs.score_dtype).bits // 8
     # a block's scores, its prepared query rows, the per-row bounds and the kernel's candidate lists
     rows = max(1, min(n_query, budget_bytes // (n_ref * item + (d + 8) * 8 + kept_candidates(k) * 12)))
     if rows >= n_query:  # one block: the kernel's lists are the result
@@ -133,7 +134,10 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
             keys_out[q0:q1], index_out[q0:q1] = select_block(refs, query[q0:q1], QT[:, q0:q1], RT, q0, stats)
     if stats is not None:  # asked for: one host wait for the count of rows the certificate left open
         stats.update(selection="product_select", candidates=kept_candidates(k), query_rows=rows, scores_exact=refs.exact,
-                     tile_dtype=str(refs.tile_dtype).replace("torch.", ""), rows_rescanned=int(stats.get("rows_rescanned", 0)))
+                     tile_dtype=str(refs.tile_dtype).replace("torch.", ""),
+                     score_dtype=str(refs.score_dtype).replace("torch.", ""),
+                     products="split" if refs.split else "rounded" if refs.rounded else "plain",
+                     rows_rescanned=int(stats.get("rows_rescanned", 0)))
     return keys_out, index_out
 
 
@@ -150,18 +154,44 @@ def _verdict_key(ref: torch.Tensor, query: torch.Tensor, k: int):
     return (ref._version, ref.data_ptr(), tuple(ref.shape), tuple(ref.stride()), ref.dtype, k, query is ref)
 
 
-def _remembered_verdict(ref: torch.Tensor, query: torch.Tensor, k: int) -> bool | None:
-    """The probe's verdict for these references, k and kind of query, if one is remembered."""
+def _remembered_verdict(ref: torch.Tensor, query: torch.Tensor, k: int) -> int | None:
+    """The probe's verdict for these references, k and kind of query (the kind of products taken, -1 for
+    none), if one is remembered."""
     entry = _VERDICTS.get(id(ref))
     if entry is None or entry[0]() is not ref or entry[1] != _verdict_key(ref, query, k):
         return None
     return entry[2]
 
 
-def _remember_verdict(ref: torch.Tensor, query: torch.Tensor, k: int, verdict: bool) -> None:
+def _remember_verdict(ref: torch.Tensor, query: torch.Tensor, k: int, verdict: int) -> None:
     if len(_VERDICTS) >= _VERDICTS_KEPT:
         _VERDICTS.pop(next(iter(_VERDICTS)))
     _VERDICTS[id(ref)] = (weakref.ref(ref), _verdict_key(ref, query, k), verdict)
+
+
+def _float32_references(ref, query, RT, k, metric, exclude_self, stats) -> DenseReferences | None:
+    """References for float32 scores where the probe (or its remembered verdict) takes them, else None.
+
+    Split TF32 products first (the fastest at many features); where they leave
+    too many rows open, float64 products rounded to float32 (a bound about 2^-24
+    of the squared norms, and at few features faster than float64 products and
+    their scores' round trip), when the Triton row product can run.
+    """
+    kinds = [dict(tile_dtype=torch.float32, split=True)] if SPLIT_PRODUCTS else []
+    if ROUNDED_PRODUCTS and row_product_available():
+        kinds.append(dict(tile_dtype=torch.float64, rounded=True))
+    verdict = _remembered_verdict(ref, query, k)
+    if verdict is not None:
+        if stats is not None:
+            stats.update(float32_probe_rows=0)  # a verdict remembered for these references
+        return None if verdict < 0 else DenseReferences(ref, k, metric, exclude_self=exclude_self, **kinds[verdict])
+    for choice, kind in enumerate(kinds):
+        refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, **kind)
+        if float32_certifies(refs, query, RT, stats):
+            _remember_verdict(ref, query, k, choice)
+            return refs
+    _remember_verdict(ref, query, k, -1)
+    return None
 
 
 def _probes_float32(n_query: int, n_ref: int, device: torch.device) -> bool:
@@ -185,11 +215,12 @@ def float32_certifies(refs: DenseReferences, query: torch.Tensor, RT: torch.Tens
     k = min(refs.k + (1 if refs.exclude_self else 0), PRODUCT_SELECT_MAX_K, n_ref)
     S, offset, slack = block_scores(refs, sample)
     counted: dict = {}
-    product_select(S, offset, slack, sample.T.contiguous(), RT, k, exact=False, rel_tile=_rel(torch.float32, refs.d),
+    product_select(S, offset, slack, sample.T.contiguous(), RT, k, exact=False, rel_tile=_rel(refs.tile_dtype, refs.d),
                    rel64=_rel(torch.float64, refs.d), rescan=False, stats=counted)
     left_open = int(counted["rows_rescanned"])
     if stats is not None:
-        stats.update(float32_probe_rows=sample.shape[0], float32_probe_open=left_open)
+        stats.update(float32_probe_rows=sample.shape[0], float32_probe_open=left_open,
+                     float32_probes=stats.get("float32_probes", 0) + 1)
     return left_open <= FLOAT32_PROBE_MAX_OPEN * sample.shape[0]
 
 

@@ -60,19 +60,22 @@ if triton is not None:
             rows = rows.to(tl.int64)
             cols = cols.to(tl.int64)
         inner = tl.arange(0, BLOCK_K)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), C.dtype.element_ty)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), A.dtype.element_ty)
         for k0 in range(0, K, BLOCK_K):
             ks = k0 + inner
             a = tl.load(A + rows[:, None] * stride_a + ks[None, :], mask=(rows < M)[:, None] & (ks < K)[None, :], other=0.0)
             b = tl.load(B + cols[:, None] * stride_b + ks[None, :], mask=(cols < N)[:, None] & (ks < K)[None, :], other=0.0)
-            acc = tl.dot(a, tl.trans(b), acc, input_precision=PRECISION, out_dtype=C.dtype.element_ty)
-        tl.store(C + rows[:, None] * stride_c + cols[None, :], acc, mask=(rows < M)[:, None] & (cols < N)[None, :])
+            acc = tl.dot(a, tl.trans(b), acc, input_precision=PRECISION, out_dtype=A.dtype.element_ty)
+        # a float32 output of float64 operands is each product rounded once, to nearest
+        tl.store(C + rows[:, None] * stride_c + cols[None, :], acc.to(C.dtype.element_ty),
+                 mask=(rows < M)[:, None] & (cols < N)[None, :])
 
 
-def row_product_torch(A: torch.Tensor, B: torch.Tensor, precision: str = "ieee") -> torch.Tensor:
-    """The torch twin of :func:`row_product`: ``A @ B.T`` in the operands' dtype."""
+def row_product_torch(A: torch.Tensor, B: torch.Tensor, precision: str = "ieee",
+                      out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The torch twin of :func:`row_product`: ``A @ B.T`` in the operands' dtype, then rounded to ``out_dtype``."""
     _check(A, B, precision)
-    return A @ B.T
+    return (A @ B.T).to(out_dtype or A.dtype)
 
 
 def _check(A, B, precision):
@@ -93,7 +96,8 @@ def default_row_product_blocks(dtype: torch.dtype, precision: str) -> tuple[int,
     return 128, 128, 32, 8, 3
 
 
-def row_product(A: torch.Tensor, B: torch.Tensor, precision: str = "ieee", *, block_m: int | None = None,
+def row_product(A: torch.Tensor, B: torch.Tensor, precision: str = "ieee", *, out_dtype: torch.dtype | None = None,
+                block_m: int | None = None,
                 block_n: int | None = None, block_k: int | None = None, num_warps: int | None = None,
                 num_stages: int | None = None) -> torch.Tensor:
     """``A @ B.T`` of row-major CUDA matrices in one launch (see the module docstring).
@@ -104,12 +108,15 @@ def row_product(A: torch.Tensor, B: torch.Tensor, precision: str = "ieee", *, bl
     precision : {"ieee", "tf32x3"}
         "ieee": products in the operands' dtype; "tf32x3" (float32 only): TF32
         tensor-core products of split operands.
+    out_dtype : torch.dtype, optional
+        The output's dtype (default the operands'); float32 for float64 operands
+        rounds each float64 product to the nearest float32.
     block_m, block_n, block_k, num_warps, num_stages : int, optional
         Launch shape (default :func:`default_row_product_blocks`).
 
     Returns
     -------
-    (M, N) tensor of the operands' dtype
+    (M, N) tensor of ``out_dtype``
     """
     if triton is None:
         raise ValueError("row_product needs the 'triton' package; use row_product_torch")
@@ -117,7 +124,10 @@ def row_product(A: torch.Tensor, B: torch.Tensor, precision: str = "ieee", *, bl
     A, B = A.contiguous(), B.contiguous()
     M, K = A.shape
     N = B.shape[0]
-    C = torch.empty((M, N), dtype=A.dtype, device=A.device)
+    out_dtype = out_dtype or A.dtype
+    if out_dtype not in (torch.float32, torch.float64) or torch.finfo(out_dtype).bits > torch.finfo(A.dtype).bits:
+        raise ValueError(f"out_dtype must be float32 or the operands' dtype; got {out_dtype} for {A.dtype} operands")
+    C = torch.empty((M, N), dtype=out_dtype, device=A.device)
     if M == 0 or N == 0:
         return C
     if K == 0:
