@@ -20,11 +20,13 @@ true k nearest neighbours (see ``gpumine.neighbors.engine._search``).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
+import threading
 
 import torch
 
-__all__ = ["METRICS", "PRECISIONS", "Metric", "get_metric", "is_engine_metric", "pairwise_distances", "check_precision",
+__all__ = ["METRICS", "PRECISIONS", "TF32_SWITCH", "ieee_product", "Metric", "get_metric", "is_engine_metric", "pairwise_distances", "check_precision",
            "sqrt_rounded"]
 
 # Up to this many features, exact scores add the per-feature terms one feature at a time
@@ -66,6 +68,16 @@ METRICS = ("euclidean", "sqeuclidean", "manhattan", "chebyshev", "minkowski", "c
 # 7), so their tile scores carry a larger, still bounded error that :meth:`Metric.bounds` adds.
 PRECISIONS = ("exact", "tf32", "bf16")
 _OPERAND_ROUNDOFF = {"exact": 0.0, "tf32": 2.0**-10, "bf16": 2.0**-8}
+# Held while torch's process-wide TF32 switch is set for one product (precision="tf32" tiles, the
+# split products of gpumine.neighbors.engine._split_product), and by the library's float32 products
+# on CUDA that must not run in TF32 (ieee_product): no such product runs under another thread's switch.
+TF32_SWITCH = threading.Lock()
+
+
+def ieee_product(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """``A @ B.T``, on CUDA float32 operands while no other thread of the library holds TF32 on."""
+    with TF32_SWITCH if A.is_cuda and A.dtype == torch.float32 else nullcontext():
+        return A @ B.T
 
 
 def sqrt_rounded(x: torch.Tensor) -> torch.Tensor:
@@ -194,13 +206,14 @@ class Metric:
             if precision == "bf16":
                 return (Q["rows"].to(torch.bfloat16) @ R["rows"].to(torch.bfloat16).T).to(Q["rows"].dtype)
             if precision == "tf32" and Q["rows"].is_cuda:
-                previous = torch.backends.cuda.matmul.allow_tf32
-                torch.backends.cuda.matmul.allow_tf32 = True
-                try:
-                    return Q["rows"] @ R["rows"].T
-                finally:
-                    torch.backends.cuda.matmul.allow_tf32 = previous
-            return Q["rows"] @ R["rows"].T
+                with TF32_SWITCH:
+                    previous = torch.backends.cuda.matmul.allow_tf32
+                    torch.backends.cuda.matmul.allow_tf32 = True
+                    try:
+                        return Q["rows"] @ R["rows"].T
+                    finally:
+                        torch.backends.cuda.matmul.allow_tf32 = previous
+            return ieee_product(Q["rows"], R["rows"])
         p = {"manhattan": 1.0, "chebyshev": float("inf")}.get(self.name, self.p)
         return torch.cdist(Q["rows"], R["rows"], p=p, compute_mode="donot_use_mm_for_euclid_dist")
 

@@ -24,7 +24,7 @@ __all__ = ["TilePlan", "plan_tiles", "padded_columns", "PRODUCT_ROW_BYTES", "til
 
 _INDEX_BYTES = 8
 # rows of matrix-product operands are padded to a multiple of this many bytes (padded_columns):
-# cuBLAS ran products of 63- and 129-column rows at a half to a third of the speed of padded ones
+# cuBLAS ran products of 63- and 129-column rows well below the speed of padded ones
 # (BENCHMARKS.md, "Design measurements quoted in the code")
 PRODUCT_ROW_BYTES = 32
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core.distance import Metric, get_metric, sqrt_rounded
+from ..core.distance import Metric, get_metric, ieee_product, sqrt_rounded
 
 __all__ = ["SUPPORTED_METRICS", "resolve_metric", "PairSpace", "tree_sum"]
 
@@ -142,7 +142,7 @@ class PairSpace:
         :meth:`row_bounds` / :meth:`col_bounds`.
         """
         if self.uses_matmul:
-            return self.left.index_select(0, rows) @ self.right.index_select(0, cols).T
+            return ieee_product(self.left.index_select(0, rows), self.right.index_select(0, cols))
         return self.canonical(rows[:, None], cols[None, :])
 
     def row_bounds(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor | None:

@@ -35,11 +35,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ...core.distance import Metric
+from ...core.distance import Metric, ieee_product
 from ...core.select import PAD_INDEX
 from ...core.tiles import padded_columns
 from ._row_product_kernel import row_product, row_product_available, row_product_torch
-from ._split_product import SPLIT_ROUNDOFF, split_product, split_rows, split_terms
+from ._split_product import SPLIT_FLUSHED, SPLIT_ROUNDOFF, SPLIT_SUM_ROUNDING, split_product, split_rows, split_terms
 
 __all__ = ["DENSE_METRICS", "DENSE_MAX_PAIRS", "DENSE_MIN_FEATURES_ALWAYS", "dense_applies", "dense_by_size", "dense_eligible",
            "dense_search", "DenseReferences", "block_scores", "first_pass", "settle", "integer_centre", "integer_centre_on_device", "tile_dtype_for", "candidates_for"]
@@ -212,7 +212,7 @@ def block_scores(refs: DenseReferences, Q: torch.Tensor) -> tuple[torch.Tensor, 
         product = row_product if Q.is_cuda and row_product_available() else row_product_torch
         S = product(padded_columns(Qp["rows"]), refs.rows, out_dtype=torch.float32)
     else:
-        S = padded_columns(Qp["rows"]) @ refs.rows.T
+        S = ieee_product(padded_columns(Qp["rows"]), refs.rows)
     offset, offset_error = metric.tile_offset(Qp, d)
     offset = offset.double()
     if refs.exact:  # the tile scores plus |x|^2 are the scores: no error
@@ -226,11 +226,11 @@ def block_scores(refs: DenseReferences, Q: torch.Tensor) -> tuple[torch.Tensor, 
     if not refs.split:
         low = metric.bounds(Qp, refs.scale, d, Q.device, S[:, 0], S[:, 0])[0]
         return S, offset, low.double() + offset_error.double()
-    # a float32 sum of the split rows' terms, and what splitting drops: per term at most
+    # a sum of the split rows' terms by tensor cores, and what splitting drops: per term at most
     # SPLIT_ROUNDOFF |x_f| |y_f|, whose sum over [x, 1] . [-2y, |y|^2] is at most |x|^2 + 2 max |y|^2
     terms = split_terms(Qp["rows"].shape[1])
-    low = metric.bounds(Qp, refs.scale, terms, Q.device, S[:, 0], S[:, 0])[0].double()
-    dropped = SPLIT_ROUNDOFF * (Qp["sqnorm"].double() + 2.0 * refs.scale.double())
+    low = metric.bounds(Qp, refs.scale, terms, Q.device, S[:, 0], S[:, 0])[0].double() * SPLIT_SUM_ROUNDING
+    dropped = SPLIT_ROUNDOFF * (Qp["sqnorm"].double() + 2.0 * refs.scale.double()) + terms * SPLIT_FLUSHED
     return S, offset, low + dropped + offset_error.double()
 
 

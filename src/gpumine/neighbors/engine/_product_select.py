@@ -15,8 +15,8 @@ certified; only rows that ties or near-ties leave open read their scores again.
 Bound: per block one product, at most two reads of its scores and at most one
 float64 exact score per pair (where ties keep every lane within reach),
 whatever the data; no retry, radius pass or host wait but the ones that decide
-whether integer data's products are exact and (once per reference set) which
-products a large search takes. Results equal
+whether integer data's products are exact and (once per reference tensor)
+which products a large search takes. Results equal
 :func:`._dense.dense_search`'s bit for bit: the same float64 scores in
 :meth:`Metric.exact_scores`' order, ordered by (score, index).
 """
@@ -56,22 +56,26 @@ PRODUCT_SELECT_INTEGRAL_MAX_PAIRS = 1 << 36
 # FLOAT32_PROBE_MIN_PAIRS pairs first run FLOAT32_PROBE_ROWS of their queries, spread over the set,
 # on float32 scores, and keep them when the certificate leaves at most FLOAT32_PROBE_MAX_OPEN of those
 # rows open: split TF32 products first (SPLIT_PRODUCTS), then float64 products rounded to float32
-# (ROUNDED_PRODUCTS). Either takes a fraction of the float64 products' time and its scores half the
-# bytes, but their error (about 2^-24 of the squared norms, times the terms summed for the split ones)
-# leaves most rows open on data whose norms dwarf its distances (counts, money: SpamBase, shuttle), and
-# nothing about the data tells the kinds apart before a search. A probe costs one host wait and a few
-# hundred rows' search, once per reference set (see _VERDICTS); the results are the same bit for bit
-# whatever it finds. False: no probe (same-run A/B timings).
+# (ROUNDED_PRODUCTS). Their scores take half the bytes of float64 ones and their products ran in less
+# time (BENCHMARKS.md, "Design measurements quoted in the code"), but their error (about 2^-24 of the
+# squared norms, times the terms summed for the split ones) leaves most rows open on data whose norms
+# dwarf its distances (counts, money), and nothing about the data tells the kinds apart before a
+# search. A probe costs one host wait and a few hundred rows' search, once per reference tensor (see
+# _VERDICTS: references copied to the device for each search are new tensors each time); the results
+# are the same bit for bit whatever it finds. False: no probe (same-run A/B timings).
 FLOAT32_PROBE = True
 FLOAT32_PROBE_MIN_PAIRS = 1 << 28
 FLOAT32_PROBE_ROWS = 256
 FLOAT32_PROBE_MAX_OPEN = 1 / 8
+# float32 scores only for references whose centred squared norms are under this (a score is at
+# most |x|^2 + 2 max |y|^2 in magnitude: far from float32's largest value)
+FLOAT32_SCORE_MAX_SQNORM = 2.0**100
 # True: split products are probed first (._split_product: one TF32 tensor-core product of split rows,
-# the fastest at many features); False: not (same-run A/B timings)
+# the quicker of the two at many features); False: not (same-run A/B timings)
 SPLIT_PRODUCTS = True
 # True: where split products leave too many rows open, float64 products rounded to float32 are
-# probed next (._row_product_kernel; at few features faster than cuBLAS's float64 products);
-# False: float64 scores there (same-run A/B timings)
+# probed next (._row_product_kernel; a bound near float64's at few features); False: float64
+# scores there (same-run A/B timings)
 ROUNDED_PRODUCTS = True
 
 
@@ -123,7 +127,8 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
                                centre=centre)
     item = torch.finfo(refs.score_dtype).bits // 8
     # a block's scores, its prepared query rows, the per-row bounds and the kernel's candidate lists
-    rows = max(1, min(n_query, budget_bytes // (n_ref * item + (d + 8) * 8 + kept_candidates(k) * 12)))
+    # (a split block's query rows: three float32 parts of d + 1 columns, and the split's temporaries)
+    rows = max(1, min(n_query, budget_bytes // (n_ref * item + (3 * d + 16) * 8 + kept_candidates(k) * 12)))
     if rows >= n_query:  # one block: the kernel's lists are the result
         keys_out, index_out = select_block(refs, query, QT, RT, 0, stats)
     else:
@@ -141,9 +146,9 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
     return keys_out, index_out
 
 
-# The probe's verdicts by reference set (the same tensor, unchanged since: its version counter and
-# storage), k and whether the queries are the references: searches against the same references (an
-# estimator's fitted data, repeated queries) probe once. A verdict chooses the products' precision
+# The probe's verdicts by reference tensor (the same tensor, unchanged since: its version counter and
+# storage), k and whether the queries are the references: searches against the same device tensor (an
+# estimator's fitted data on the device, repeated queries) probe once. A verdict chooses the products' precision
 # only; results are exact either way, and a float32 verdict that later queries do not bear out costs
 # their open rows' rescans.
 _VERDICTS: dict = {}
@@ -154,16 +159,19 @@ def _verdict_key(ref: torch.Tensor, query: torch.Tensor, k: int):
     return (ref._version, ref.data_ptr(), tuple(ref.shape), tuple(ref.stride()), ref.dtype, k, query is ref)
 
 
-def _remembered_verdict(ref: torch.Tensor, query: torch.Tensor, k: int) -> int | None:
-    """The probe's verdict for these references, k and kind of query (the kind of products taken, -1 for
-    none), if one is remembered."""
+def _remembered_verdict(ref: torch.Tensor, query: torch.Tensor, k: int) -> str | None:
+    """The probe's verdict for these references, k and kind of query (the name of the products taken,
+    ``"float64"`` for none), if one is remembered."""
     entry = _VERDICTS.get(id(ref))
     if entry is None or entry[0]() is not ref or entry[1] != _verdict_key(ref, query, k):
         return None
     return entry[2]
 
 
-def _remember_verdict(ref: torch.Tensor, query: torch.Tensor, k: int, verdict: int) -> None:
+def _remember_verdict(ref: torch.Tensor, query: torch.Tensor, k: int, verdict: str) -> None:
+    _VERDICTS.pop(id(ref), None)
+    for key in [key for key, entry in _VERDICTS.items() if entry[0]() is None]:  # references since freed
+        del _VERDICTS[key]
     if len(_VERDICTS) >= _VERDICTS_KEPT:
         _VERDICTS.pop(next(iter(_VERDICTS)))
     _VERDICTS[id(ref)] = (weakref.ref(ref), _verdict_key(ref, query, k), verdict)
@@ -172,25 +180,26 @@ def _remember_verdict(ref: torch.Tensor, query: torch.Tensor, k: int, verdict: i
 def _float32_references(ref, query, RT, k, metric, exclude_self, stats) -> DenseReferences | None:
     """References for float32 scores where the probe (or its remembered verdict) takes them, else None.
 
-    Split TF32 products first (the fastest at many features); where they leave
-    too many rows open, float64 products rounded to float32 (a bound about 2^-24
-    of the squared norms, and at few features faster than float64 products and
-    their scores' round trip), when the Triton row product can run.
+    Split TF32 products first; where they leave too many rows open, float64
+    products rounded to float32 (a bound about 2^-24 of the squared norms), when
+    the Triton row product can run.
     """
-    kinds = [dict(tile_dtype=torch.float32, split=True)] if SPLIT_PRODUCTS else []
+    kinds = {}
+    if SPLIT_PRODUCTS:
+        kinds["split"] = dict(tile_dtype=torch.float32, split=True)
     if ROUNDED_PRODUCTS and row_product_available():
-        kinds.append(dict(tile_dtype=torch.float64, rounded=True))
+        kinds["rounded"] = dict(tile_dtype=torch.float64, rounded=True)
     verdict = _remembered_verdict(ref, query, k)
-    if verdict is not None:
+    if verdict == "float64" or verdict in kinds:
         if stats is not None:
             stats.update(float32_probe_rows=0)  # a verdict remembered for these references
-        return None if verdict < 0 else DenseReferences(ref, k, metric, exclude_self=exclude_self, **kinds[verdict])
-    for choice, kind in enumerate(kinds):
+        return None if verdict == "float64" else DenseReferences(ref, k, metric, exclude_self=exclude_self, **kinds[verdict])
+    for name, kind in kinds.items():
         refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, **kind)
         if float32_certifies(refs, query, RT, stats):
-            _remember_verdict(ref, query, k, choice)
+            _remember_verdict(ref, query, k, name)
             return refs
-    _remember_verdict(ref, query, k, -1)
+    _remember_verdict(ref, query, k, "float64")
     return None
 
 
@@ -210,18 +219,25 @@ def float32_certifies(refs: DenseReferences, query: torch.Tensor, RT: torch.Tens
     rescanned.
     """
     n_query, n_ref = query.shape[0], refs.ref.shape[0]
-    picked = torch.linspace(0, n_query - 1, min(n_query, FLOAT32_PROBE_ROWS), device=query.device).round().long()
+    m = min(n_query, FLOAT32_PROBE_ROWS)
+    # integer arithmetic: float positions would round past the last row at 2^24 queries and more
+    picked = torch.arange(m, device=query.device) * (n_query - 1) // max(1, m - 1)
     sample = query[picked]
     k = min(refs.k + (1 if refs.exclude_self else 0), PRODUCT_SELECT_MAX_K, n_ref)
     S, offset, slack = block_scores(refs, sample)
     counted: dict = {}
     product_select(S, offset, slack, sample.T.contiguous(), RT, k, exact=False, rel_tile=_rel(refs.tile_dtype, refs.d),
                    rel64=_rel(torch.float64, refs.d), rescan=False, stats=counted)
-    left_open = int(counted["rows_rescanned"])
+    # float32 scores stay finite while squared norms do (the search's magnitude window keeps them
+    # far inside; a direct caller's data beyond it keeps float64 scores)
+    left_open, finite, scale = torch.stack([counted["rows_rescanned"].double().reshape(()),
+                                            torch.isfinite(slack).all().double(),
+                                            refs.scale.double().reshape(())]).tolist()
+    left_open = int(left_open)
     if stats is not None:
         stats.update(float32_probe_rows=sample.shape[0], float32_probe_open=left_open,
                      float32_probes=stats.get("float32_probes", 0) + 1)
-    return left_open <= FLOAT32_PROBE_MAX_OPEN * sample.shape[0]
+    return bool(finite) and scale < FLOAT32_SCORE_MAX_SQNORM and left_open <= FLOAT32_PROBE_MAX_OPEN * m
 
 
 def select_block(refs: DenseReferences, query: torch.Tensor, QT: torch.Tensor, RT: torch.Tensor, q0: int,

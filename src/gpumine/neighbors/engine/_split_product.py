@@ -1,10 +1,11 @@
 """Float32 matrix products from TF32 tensor cores: each operand split in two, three products in one.
 
-Data-centre GPUs multiply TF32 (float32 with 10 explicit mantissa bits) on their
-tensor cores at several times the float32 rate, and a product of two TF32 values
-is exact in float32. Each float32 value ``x`` is split into ``x_hi``, its leading
-mantissa bits (the low 13 bits cleared, so a tensor core reads it exactly), and
-``x_lo``, the remainder ``x - x_hi`` (exact in float32) cleared the same way. Then
+GPUs with TF32 tensor cores multiply TF32 values (float32 with 10 explicit
+mantissa bits) at several times the float32 rate, and a product of two TF32
+values is exact in float32. Each float32 value ``x`` is split into ``x_hi``, its
+leading mantissa bits (the low 13 bits cleared, so a tensor core reads it
+exactly), and ``x_lo``, the remainder ``x - x_hi`` (exact in float32) cleared the
+same way. Then
 
     x . y  ~  x_hi . y_hi + x_hi . y_lo + x_lo . y_hi,
 
@@ -12,20 +13,37 @@ one product of rows ``[x_hi, x_hi, x_lo]`` and ``[y_hi, y_lo, y_hi]`` (three tim
 the inner dimension, one output). Per term the dropped parts (``x_lo y_lo``, and
 what clearing took from ``x - x_hi`` and ``y - y_hi``) are each under
 ``2^-20 |x| |y|``: :data:`SPLIT_ROUNDOFF` (``2^-18``) bounds their sum, so a
-product's error is at most ``SPLIT_ROUNDOFF * sum_f |x_f| |y_f|`` plus the float32
-rounding of a sum of three times as many terms. Where the product runs without
-tensor cores (a CPU) the split terms are multiplied in float32 exactly, and the
-same bound holds.
+product's error is at most ``SPLIT_ROUNDOFF * sum_f |x_f| |y_f|``, plus the
+rounding of a sum of three times as many terms, plus per term what flushing a
+subnormal product to zero loses (:data:`SPLIT_FLUSHED`). Tensor cores sum
+without IEEE rounding to nearest (addends aligned and truncated): the sum's
+bound is taken at :data:`SPLIT_SUM_ROUNDING` times float32's. Where the product
+runs without tensor cores (a CPU) the split terms are multiplied in float32
+exactly, and the same bound holds.
+
+The TF32 products are asked of cuBLAS through torch's process-wide switch
+(``torch.backends.cuda.matmul.allow_tf32``), set for the one product under
+:data:`gpumine.core.distance.TF32_SWITCH` and restored. The library's float32
+products that must not run in TF32 take the same lock
+(:func:`gpumine.core.distance.ieee_product`); a float32 product that code outside
+the library runs in another thread at that moment may run in TF32.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["SPLIT_ROUNDOFF", "split_rows", "split_product", "split_terms"]
+from ...core.distance import TF32_SWITCH
+
+__all__ = ["SPLIT_ROUNDOFF", "SPLIT_SUM_ROUNDING", "SPLIT_FLUSHED", "split_rows", "split_product", "split_terms"]
 
 # bound on the dropped parts of one split product, relative to |x| |y| (3 * 2^-20 and a margin)
 SPLIT_ROUNDOFF = 2.0**-18
+# the tensor cores' sum: truncation after aligning its addends loses up to twice what rounding to
+# nearest does per addition; four times float32's bound leaves a margin
+SPLIT_SUM_ROUNDING = 4.0
+# per term, what a subnormal product flushed to zero can lose (under float32's least normal number)
+SPLIT_FLUSHED = 2.0**-126
 # the float32 bits a TF32 tensor core ignores
 _TF32_DROPPED_BITS = (1 << 13) - 1
 
@@ -55,9 +73,10 @@ def split_product(query_rows: torch.Tensor, ref_rows: torch.Tensor) -> torch.Ten
     """``query_rows @ ref_rows.T`` of split rows (:func:`split_rows`) on TF32 tensor cores where there are some."""
     if not query_rows.is_cuda:
         return query_rows @ ref_rows.T
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = True
-    try:
-        return query_rows @ ref_rows.T
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
+    with TF32_SWITCH:
+        previous = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return query_rows @ ref_rows.T
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = previous
