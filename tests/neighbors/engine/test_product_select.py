@@ -161,3 +161,30 @@ def test_larger_searches_come_here_only_with_exact_products(monkeypatch):
     knn_search(ref + 0.5 * torch.rand(ref.shape, device="cuda", generator=g), query, 5, m, exclude_self=False,
                device=ref.device, budget_bytes=1 << 30, result_device=ref.device, backend="auto", stats=stats)
     assert stats.get("selection") != "product_select"
+
+
+def test_probe_verdicts_are_remembered_per_unchanged_reference_tensor():
+    from gpumine.neighbors.engine._product_select import _VERDICTS, _VERDICTS_KEPT, _remember_verdict, _remembered_verdict
+
+    _VERDICTS.clear()
+    ref = torch.zeros((5, 3))
+    other = torch.ones((5, 3))
+    _remember_verdict(ref, ref, 4, "split")
+    assert _remembered_verdict(ref, ref, 4) == "split"
+    assert _remembered_verdict(ref, ref, 5) is None  # another k
+    assert _remembered_verdict(ref, other, 4) is None  # other queries than the references
+    assert _remembered_verdict(ref[:4], ref[:4], 4) is None  # a view is another tensor
+    _remember_verdict(ref, ref, 4, "float64")  # re-remembered: replaced, nothing else evicted
+    assert _remembered_verdict(ref, ref, 4) == "float64" and len(_VERDICTS) == 1
+    ref.add_(1.0)  # changed in place
+    assert _remembered_verdict(ref, ref, 4) is None
+    freed = torch.zeros((2, 2))
+    _remember_verdict(freed, freed, 1, "rounded")
+    del freed
+    _remember_verdict(other, other, 4, "rounded")  # entries of freed tensors are dropped
+    assert len(_VERDICTS) == 2
+    kept = [torch.zeros(1) for _ in range(_VERDICTS_KEPT + 3)]
+    for t in kept:
+        _remember_verdict(t, t, 1, "split")
+    assert len(_VERDICTS) == _VERDICTS_KEPT and _remembered_verdict(kept[-1], kept[-1], 1) == "split"
+    _VERDICTS.clear()
