@@ -26,7 +26,7 @@ import threading
 
 import torch
 
-__all__ = ["METRICS", "PRECISIONS", "TF32_SWITCH", "ieee_product", "Metric", "get_metric", "is_engine_metric", "pairwise_distances", "check_precision",
+__all__ = ["METRICS", "PRECISIONS", "TF32_SWITCH", "ieee_product", "tf32_product", "Metric", "get_metric", "is_engine_metric", "pairwise_distances", "check_precision",
            "sqrt_rounded"]
 
 # Up to this many features, exact scores add the per-feature terms one feature at a time
@@ -78,6 +78,20 @@ def ieee_product(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """``A @ B.T``, on CUDA float32 operands while no other thread of the library holds TF32 on."""
     with TF32_SWITCH if A.is_cuda and A.dtype == torch.float32 else nullcontext():
         return A @ B.T
+
+
+def tf32_product(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """``A @ B.T`` with TF32 tensor-core products on CUDA: torch's process-wide switch set for this
+    product alone, under :data:`TF32_SWITCH`, and restored (elsewhere the plain product)."""
+    if not A.is_cuda:
+        return A @ B.T
+    with TF32_SWITCH:
+        previous = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return A @ B.T
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = previous
 
 
 def sqrt_rounded(x: torch.Tensor) -> torch.Tensor:
@@ -205,14 +219,8 @@ class Metric:
         if self.uses_matmul:
             if precision == "bf16":
                 return (Q["rows"].to(torch.bfloat16) @ R["rows"].to(torch.bfloat16).T).to(Q["rows"].dtype)
-            if precision == "tf32" and Q["rows"].is_cuda:
-                with TF32_SWITCH:
-                    previous = torch.backends.cuda.matmul.allow_tf32
-                    torch.backends.cuda.matmul.allow_tf32 = True
-                    try:
-                        return Q["rows"] @ R["rows"].T
-                    finally:
-                        torch.backends.cuda.matmul.allow_tf32 = previous
+            if precision == "tf32":
+                return tf32_product(Q["rows"], R["rows"])
             return ieee_product(Q["rows"], R["rows"])
         p = {"manhattan": 1.0, "chebyshev": float("inf")}.get(self.name, self.p)
         return torch.cdist(Q["rows"], R["rows"], p=p, compute_mode="donot_use_mm_for_euclid_dist")

@@ -22,8 +22,8 @@ runs without tensor cores (a CPU) the split terms are multiplied in float32
 exactly, and the same bound holds.
 
 The TF32 products are asked of cuBLAS through torch's process-wide switch
-(``torch.backends.cuda.matmul.allow_tf32``), set for the one product under
-:data:`gpumine.core.distance.TF32_SWITCH` and restored. The library's float32
+(:func:`gpumine.core.distance.tf32_product`: set for the one product under
+:data:`gpumine.core.distance.TF32_SWITCH` and restored). The library's float32
 products that must not run in TF32 take the same lock
 (:func:`gpumine.core.distance.ieee_product`); a float32 product that code outside
 the library runs in another thread at that moment may run in TF32.
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch
 
-from ...core.distance import TF32_SWITCH
+from ...core.distance import tf32_product
 
 __all__ = ["SPLIT_ROUNDOFF", "SPLIT_SUM_ROUNDING", "SPLIT_FLUSHED", "split_rows", "split_product", "split_terms"]
 
@@ -71,12 +71,4 @@ def split_terms(m: int) -> int:
 
 def split_product(query_rows: torch.Tensor, ref_rows: torch.Tensor) -> torch.Tensor:
     """``query_rows @ ref_rows.T`` of split rows (:func:`split_rows`) on TF32 tensor cores where there are some."""
-    if not query_rows.is_cuda:
-        return query_rows @ ref_rows.T
-    with TF32_SWITCH:
-        previous = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = True
-        try:
-            return query_rows @ ref_rows.T
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = previous
+    return tf32_product(query_rows, ref_rows)
