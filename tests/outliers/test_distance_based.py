@@ -484,3 +484,23 @@ def test_gpu_covtype_k50_solving_set_equals_brute_force(monkeypatch):
     np.testing.assert_array_equal(tiles.indices, bf.indices)
     np.testing.assert_array_equal(tiles.weights, bf.weights)
     assert tiles.stats["form"] == "tiles" and tiles.distance_fraction < 0.2
+
+
+def test_auto_method_picks_by_device_and_rows(monkeypatch):
+    resolve = _distance_based.resolve_method
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    most = _distance_based.AUTO_BRUTE_FORCE_MAX_ROWS["cuda"]
+    assert resolve("auto", cuda, most) == "brute_force" and resolve("auto", cuda, most + 1) == "solving_set"
+    assert resolve("auto", cpu, 10) == "solving_set"
+    assert resolve("solving_set", cuda, 10) == "solving_set" and resolve("brute_force", cpu, 10**9) == "brute_force"
+    X = np.random.default_rng(3).normal(size=(500, 4))
+    auto = top_n_outliers(X, 7, 5, **CPU)
+    assert auto.method == "solving_set"
+    monkeypatch.setitem(_distance_based.AUTO_BRUTE_FORCE_MAX_ROWS, "cpu", 500)
+    small = top_n_outliers(X, 7, 5, **CPU)
+    assert small.method == "brute_force" and small.iterations == 1 and len(small.solving_set) == 500
+    np.testing.assert_array_equal(small.indices, auto.indices)
+    np.testing.assert_array_equal(small.weights, auto.weights)
+    assert top_n_outliers(X, 7, 5, method="auto", **CPU).method == "brute_force"
+    monkeypatch.setitem(_distance_based.AUTO_BRUTE_FORCE_MAX_ROWS, "cpu", 499)
+    assert top_n_outliers(X, 7, 5, **CPU).method == "solving_set"

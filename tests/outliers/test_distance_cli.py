@@ -51,7 +51,7 @@ def test_stdout_csv_matches_the_library(data_csv, capsys):
     assert "gpumine outliers: solving_set: top 5 of 400 points" in err and "% of all pairs" in err
 
 
-@pytest.mark.parametrize("method", ["solving_set", "brute_force"])
+@pytest.mark.parametrize("method", ["solving_set", "brute_force", "auto"])
 def test_json_output_solving_set_file_and_options(data_csv, tmp_path, capsys, method):
     path, X, _ = data_csv
     out, solving = tmp_path / "top.json", tmp_path / "solving.csv"

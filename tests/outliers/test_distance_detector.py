@@ -52,7 +52,7 @@ def test_fit_matches_top_n_outliers_and_labels(method):
     assert det.threshold_ == res.threshold == res.weights[-1]
     np.testing.assert_array_equal(det.outlier_scores_[det.outlier_indices_], res.weights)
     np.testing.assert_array_equal(det.fit_predict(X), det.labels_)
-    assert det.n_outliers_ == 12 and det.n_iter_ == res.iterations
+    assert det.n_outliers_ == 12 and det.n_iter_ == res.iterations and det.method_ == res.method == method
     assert det.distance_fraction_ == pytest.approx(res.distance_fraction)
     assert det.effective_metric_ == "euclidean" and det.n_features_in_ == 2
 

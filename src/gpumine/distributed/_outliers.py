@@ -40,13 +40,14 @@ def top_n_outliers(X, n_outliers: int = 10, k: int = 5, *, method: str = "solvin
         row block per worker.
     n_outliers, k, include_self, metric, p
         As :func:`gpumine.outliers.top_n_outliers`.
-    method : {"solving_set", "brute_force"}, default "solving_set"
+    method : {"auto", "solving_set", "brute_force"}, default "solving_set"
         ``"solving_set"``: the distributed SolvingSet (rows stay on the
         workers; candidates are broadcast each iteration; see
         :mod:`gpumine.distributed._solving_set`). ``"brute_force"``: the
         distributed all-kNN (``mode`` as :func:`gpumine.distributed.kneighbors`),
         then every weight on the client. Both give the same outliers, weights
         and threshold as one process, whatever the number of workers or chunks.
+        ``"auto"`` is ``"solving_set"`` here.
     n_candidates : int or "auto", default "auto"
         Candidates per SolvingSet iteration; ``"auto"`` follows one process's
         table for its tile form on the workers' device
@@ -84,7 +85,7 @@ def top_n_outliers(X, n_outliers: int = 10, k: int = 5, *, method: str = "solvin
     from ..outliers._distance_based import check_method
 
     method = check_method(method)
-    if method == "solving_set":
+    if method in ("auto", "solving_set"):  # data spread over a cluster is past auto's brute-force sizes
         from ._solving_set import solving_set_outliers
 
         return solving_set_outliers(X, n_outliers, k, include_self=include_self, metric=metric, p=p,

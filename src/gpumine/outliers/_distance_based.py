@@ -41,7 +41,15 @@ from ._weights import PairSpace, resolve_metric
 
 __all__ = ["top_n_outliers", "DistanceOutliers", "METHODS", "SolvingSetTimeout"]
 
-METHODS = ("solving_set", "brute_force")
+METHODS = ("auto", "solving_set", "brute_force")
+
+#: ``method="auto"`` runs brute force (one all-kNN search on the engine) up to this many rows on a
+#: device of this type, and SolvingSet above it or where ``None``. On a GPU a SolvingSet iteration is
+#: two engine searches and a few host waits, which small data sets cannot repay: the all-kNN search
+#: alone was faster on every ADBench set up to 49,534 rows, while SolvingSet won on the larger sets
+#: (smtp, celeba, cover, http). On the CPU neither won across the board (BENCHMARKS.md, "Design
+#: measurements quoted in the code").
+AUTO_BRUTE_FORCE_MAX_ROWS = {"cuda": 65536, "cpu": None}
 
 
 @dataclass
@@ -122,6 +130,14 @@ def check_method(method) -> str:
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}; got {method!r}")
     return method
+
+
+def resolve_method(method: str, device: torch.device, n_samples: int) -> str:
+    """The method that runs: ``method`` itself, or for ``"auto"`` the one :data:`AUTO_BRUTE_FORCE_MAX_ROWS` picks."""
+    if method != "auto":
+        return method
+    most = AUTO_BRUTE_FORCE_MAX_ROWS.get(device.type)
+    return "brute_force" if most is not None and n_samples <= most else "solving_set"
 
 
 def check_include_self(include_self) -> bool:
@@ -294,7 +310,7 @@ def top_n_outliers(
     n_outliers: int = 10,
     k: int = 5,
     *,
-    method: str = "solving_set",
+    method: str = "auto",
     n_candidates="auto",
     include_self: bool = False,
     metric: str = "euclidean",
@@ -314,13 +330,17 @@ def top_n_outliers(
         How many outliers (the paper's n).
     k : int, default 5
         Neighbours per weight.
-    method : {"solving_set", "brute_force"}, default "solving_set"
+    method : {"auto", "solving_set", "brute_force"}, default "auto"
         ``"solving_set"``: SolvingSet (Angiulli, Basta & Pizzuti 2006), which
         computes a small fraction of all distances and returns a solving set
         that predicts outliers among new points (see
         :class:`DistanceOutlierDetector`). ``"brute_force"``: the exact
         all-kNN engine over every pair, then the n largest weights. Both give
-        the same outliers and weights.
+        the same outliers and weights. ``"auto"``: brute force on a GPU up to
+        65,536 rows (where one search costs less than SolvingSet's
+        iterations), SolvingSet otherwise (see
+        :data:`AUTO_BRUTE_FORCE_MAX_ROWS`); the result's ``method`` says which
+        ran.
     n_candidates : int or "auto", default "auto"
         Candidates per SolvingSet iteration (the paper's m = 100). ``"auto"``:
         256 for data of at most 3 features; otherwise 4096 on a GPU and 1024
@@ -372,6 +392,7 @@ def top_n_outliers(
     k_other = effective_k(k, n, include_self)
     n_outliers = check_n_outliers(n_outliers, n)
     dev = resolve_device(device)
+    method = resolve_method(method, dev, n)
     budget = working_memory_bytes(working_memory, dev)
     seed = seed_from(random_state)
     m = None

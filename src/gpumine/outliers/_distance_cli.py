@@ -48,9 +48,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("data", help="data file: .csv[.gz], .tsv, .parquet, .npy or .npz")
     p.add_argument("--top", "-n", type=positive_int, default=10, help="number of outliers (default 10)")
     p.add_argument("-k", "--k", type=positive_int, default=5, help="neighbours per weight (default 5)")
-    p.add_argument("--method", default="solving_set", choices=["solving_set", "brute_force"],
-                   help="solving_set (the default: prunes most points early, same outliers) or brute_force "
-                        "(every point's k nearest neighbours)")
+    p.add_argument("--method", default="auto", choices=["auto", "solving_set", "brute_force"],
+                   help="solving_set (prunes most points early, same outliers), brute_force (every point's k "
+                        "nearest neighbours) or auto (the default: brute force on a GPU up to 65,536 rows, "
+                        "solving_set otherwise)")
     p.add_argument("--include-self", action="store_true",
                    help="count each point as its own first neighbour at distance 0, so a weight sums the k-1 nearest "
                         "other points (as Angiulli et al.'s GPU SolvingSet paper counts; the default excludes "

@@ -29,6 +29,7 @@ from ._distance_based import (
     check_solving_set_backend,
     effective_k,
     engine_backend,
+    resolve_method,
     run,
     seed_from,
     weights_against,
@@ -71,9 +72,11 @@ class DistanceOutlierDetector(HostPickleMixin, OutlierMixin, BaseEstimator):
         ``ceil(contamination * (n_samples - 1))``, at least 1.
     contamination : float in (0, 0.5], default=0.1
         Fraction of outliers, used when ``n_outliers`` is None.
-    method : {"solving_set", "brute_force"}, default="solving_set"
+    method : {"auto", "solving_set", "brute_force"}, default="auto"
         Both find the same outliers with the same weights. With brute force the
-        model is the whole training set (trivially a solving set).
+        model is the whole training set (trivially a solving set). ``"auto"``
+        picks as :func:`gpumine.outliers.top_n_outliers` does (brute force on
+        a GPU up to 65,536 rows); ``method_`` says which ran.
     n_candidates : int or "auto", default="auto"
         Candidates per SolvingSet iteration (1024 on a GPU, 256 on the CPU).
     include_self : bool, default=False
@@ -121,6 +124,8 @@ class DistanceOutlierDetector(HostPickleMixin, OutlierMixin, BaseEstimator):
     solving_set_ : ndarray of int64
         Training indices of the solving set, in the order they became
         candidates (all indices with brute force).
+    method_ : str
+        ``"solving_set"`` or ``"brute_force"``: the method that ran.
     n_iter_ : int
     distances_computed_ : int
     distance_fraction_ : float
@@ -158,7 +163,7 @@ class DistanceOutlierDetector(HostPickleMixin, OutlierMixin, BaseEstimator):
         *,
         n_outliers=None,
         contamination=0.1,
-        method="solving_set",
+        method="auto",
         n_candidates="auto",
         include_self=False,
         metric="euclidean",
@@ -214,6 +219,7 @@ class DistanceOutlierDetector(HostPickleMixin, OutlierMixin, BaseEstimator):
             )
         k_other = effective_k(self.n_neighbors, n, include_self, name="n_neighbors")
         n_out = self._resolve_n_outliers(n)
+        method = resolve_method(method, dev, n)
         if method == "solving_set":
             check_solving_set_backend(self.backend, dev, Xt.shape[1], k_other)
         m = check_candidates(self.n_candidates, dev, n, Xt.shape[1], k_other)
@@ -224,6 +230,7 @@ class DistanceOutlierDetector(HostPickleMixin, OutlierMixin, BaseEstimator):
         self._k_other = k_other
         self._metric = metric
         self.device_ = dev
+        self.method_ = method
         self.effective_metric_ = metric.name
         self.n_features_in_ = Xt.shape[1]
         self.n_samples_fit_ = n
