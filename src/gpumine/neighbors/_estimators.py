@@ -41,7 +41,7 @@ from ..utils._validation import (HostScoreMixin, check_array, check_labels, chec
 from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ..core.distance import METRICS, check_precision, get_metric, is_engine_metric
 from ..core.tiles import fits_on_device
-from .engine import choose_backend, knn_search, search_with_graph
+from .engine import choose_backend, search_validated
 from ._neighbor_graphs import csr_to_lists
 from ._radius import radius_search
 from .._device_state import HostPickleMixin
@@ -359,27 +359,11 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
                 budget_bytes=self._budget(), to_distance=form.to_distance, entry_bytes=getattr(form, "entry_bytes", 0))
             return dist.to(device=self.device_, dtype=self._fit_X.dtype), index.to(self.device_)
         backend = choose_backend(self.backend, self.device_, self._metric, self._fit_X.dtype, n_neighbors, self.n_samples_fit_)
-        if self.device_.type == "cuda":
-            # repeated small searches replay a captured graph, as kneighbors does (gpumine.neighbors.engine._graphs)
-            found = search_with_graph(self._fit_X, query, n_neighbors, self._metric, exclude_self=exclude_self,
-                                      device=self.device_, working_memory=self.working_memory, backend=backend,
-                                      precision=self.precision, result_device=self.device_)
-            if found is not None:
-                return found[0], found[1]
-        return knn_search(
-            self._fit_X,
-            query,
-            n_neighbors,
-            self._metric,
-            exclude_self=exclude_self,
-            device=self.device_,
-            budget_bytes=self._budget(),
-            result_device=self.device_,
-            verbose=self.verbose,
-            backend=backend,
-            as_distance=True,
-            precision=self.precision,
-        )
+        # small searches in one checked launch, repeated ones through a captured graph, as kneighbors
+        return search_validated(self._fit_X, query, n_neighbors, self._metric, exclude_self=exclude_self,
+                                device=self.device_, budget_bytes=self._budget(), result_device=self.device_,
+                                backend=backend, precision=self.precision, graphs=True,
+                                working_memory=self.working_memory, verbose=self.verbose)
 
     def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
         """Find the k nearest training points of each row of ``X``.

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ..neighbors.engine import fused_unsupported, knn_search
+from ..neighbors.engine import fused_unsupported, search_validated
 from ._weights import PairSpace
 
 __all__ = ["canonical_knn", "canonical_lower_bound", "search_backend"]
@@ -151,10 +151,11 @@ def canonical_knn(
         search = min(n, width + extra)
         sub_ids = None if ids is None else ids.index_select(0, rows)
         sub_queries = None if queries is None else queries.index_select(0, rows).to(device)
-        scores, nb = knn_search(X, Q if rows.numel() == q else Q.index_select(0, rows), search, space.metric,
-                                exclude_self=whole, device=device, budget_bytes=budget_bytes, result_device=device,
-                                verbose=verbose, stats=engine_stats if attempt == 0 else None,
-                                backend=search_backend(backend, X, space, search, n))
+        scores, nb = search_validated(X, Q if rows.numel() == q else Q.index_select(0, rows), search, space.metric,
+                                      exclude_self=whole, device=device, budget_bytes=budget_bytes,
+                                      result_device=device, verbose=verbose, as_distance=False,
+                                      stats=engine_stats if attempt == 0 else None,
+                                      backend=search_backend(backend, X, space, search, n))
         canon = torch.sort(_canonical_rows(space, nb, sub_ids, sub_queries), dim=1).values
         if width >= others:  # every reference was kept
             certified = torch.ones(rows.numel(), dtype=torch.bool, device=device)

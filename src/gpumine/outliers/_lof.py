@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.distance import Metric
-from ..neighbors.engine import knn_search, search_with_graph
+from ..neighbors.engine import choose_backend, search_validated
 
 __all__ = [
     "DUPLICATE_RULES",
@@ -156,8 +156,9 @@ def _k_distinct_distance(
     # vectors) may need more, found by doubling
     want = min(k + 1, n_distinct)
     while pending.numel():
-        found, _ = knn_search(distinct, queries[pending], want, metric, exclude_self=False, device=device,
-                              budget_bytes=budget_bytes, result_device=device, verbose=0, as_distance=True)
+        found, _ = search_validated(distinct, queries[pending], want, metric, exclude_self=False, device=device,
+                                    budget_bytes=budget_bytes, result_device=device, backend=choose_backend(
+                                        None, device, metric, distinct.dtype, want, n_distinct), verbose=0)
         dist = found.to(torch.float64)
         positive = dist > 0
         n_positive = positive.sum(1)
@@ -288,14 +289,10 @@ def lof_fit(
     """
     check_lof_metric(metric)
     check_duplicates_rule(duplicates)
-    found = None
-    if replay and device.type == "cuda":
-        found = search_with_graph(X, X, n_neighbors, metric, exclude_self=True, device=device, working_memory=working_memory,
-                                  backend=backend, precision="exact", result_device=device)
     # distances straight from the engine: squared scores of large data may overflow the data's dtype
-    dist, indices = found if found is not None else knn_search(
-        X, X, n_neighbors, metric, exclude_self=True, device=device, budget_bytes=budget_bytes, result_device=device,
-        verbose=verbose, backend=backend, as_distance=True)
+    dist, indices = search_validated(X, X, n_neighbors, metric, exclude_self=True, device=device,
+                                     budget_bytes=budget_bytes, result_device=device, backend=backend, graphs=replay,
+                                     working_memory=working_memory, verbose=verbose)
     fit = lof_from_knn(dist, indices, X, metric, duplicates=duplicates,
                        device=device, budget_bytes=budget_bytes)
     if warn:

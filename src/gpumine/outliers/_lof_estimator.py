@@ -22,7 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..utils._validation import check_array, check_n_features, check_n_neighbors, output_kind, to_attribute, to_output
 from ..config import resolve_device, working_memory_bytes
 from ..core.distance import get_metric
-from ..neighbors.engine import choose_backend, knn_search
+from ..neighbors.engine import choose_backend, search_validated
 from ..neighbors._estimators import _check_feature_names, _KNeighborsBase
 from ._lof import (LOFFit, check_duplicates_rule, check_lof_metric, local_outlier_factor, local_reachability_density,
                    lof_fit, lof_score, warn_duplicates)
@@ -321,13 +321,12 @@ class LocalOutlierFactor(OutlierMixin, _KNeighborsBase):
         out_dtype = query.dtype  # float64 in, float64 out, whatever the fit precision
         query = query.to(self._fit_X.dtype)
         kind = output_kind(X)
-        scores, index = knn_search(
+        scores, index = search_validated(
             self._fit_X, query, self.n_neighbors_, self._metric, exclude_self=False, device=self.device_,
             budget_bytes=working_memory_bytes(self.working_memory, self.device_),
             result_device=self.device_, verbose=self.verbose,
             backend=choose_backend(self.backend, self.device_, self._metric, self._fit_X.dtype, self.n_neighbors_,
                                    self.n_samples_fit_),
-            as_distance=True,
         )
         lof, _ = lof_score(scores, index, self._lof_fit)
         return (-lof).to(out_dtype), kind

@@ -33,7 +33,7 @@ import math
 import torch
 
 from ..utils._progress import Progress
-from ..neighbors.engine import knn_search
+from ..neighbors.engine import search_validated
 from ._canonical_knn import canonical_knn, search_backend
 from ._solving_set import SolvingState, _merge_sorted_heaps
 from ._weights import PairSpace
@@ -96,8 +96,9 @@ def solving_set_on_engine(
             if math.isfinite(st.cutoff) and mc > 1:
                 kc = min(k, mc - 1)
                 Xc = X.index_select(0, cand)
-                _, nb = knn_search(Xc, Xc, kc, space.metric, exclude_self=True, device=dev, budget_bytes=budget_bytes,
-                                   result_device=dev, verbose=False, backend=search_backend(backend, X, space, kc, mc))
+                _, nb = search_validated(Xc, Xc, kc, space.metric, exclude_self=True, device=dev,
+                                         budget_bytes=budget_bytes, result_device=dev, verbose=False, as_distance=False,
+                                         backend=search_backend(backend, X, space, kc, mc))
                 _merge_neighbours(space, heap, ub, cand, cand[nb], k, budget_bytes)
                 stats["distances"] += mc * (mc - 1)
                 live = cand[st.may_enter(cand)]
@@ -114,9 +115,9 @@ def solving_set_on_engine(
             act = (~st.in_s & st.may_enter()).nonzero().squeeze(1)
             if act.numel():
                 kc = min(k, mc)
-                _, nb = knn_search(X.index_select(0, cand), X.index_select(0, act), kc, space.metric, exclude_self=False,
-                                   device=dev, budget_bytes=budget_bytes, result_device=dev, verbose=False,
-                                   backend=search_backend(backend, X, space, kc, mc))
+                _, nb = search_validated(X.index_select(0, cand), X.index_select(0, act), kc, space.metric,
+                                         exclude_self=False, device=dev, budget_bytes=budget_bytes, result_device=dev,
+                                         verbose=False, as_distance=False, backend=search_backend(backend, X, space, kc, mc))
                 _merge_neighbours(space, heap, ub, act, cand[nb], k, budget_bytes)
                 stats["distances"] += act.numel() * mc
             cand = st.finish_iteration(bar, {"candidates": mc, "active": int(act.numel()), "live_at_end": int(live.numel())},

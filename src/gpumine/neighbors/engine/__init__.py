@@ -33,6 +33,8 @@ torch twins):
 * ``_duplicates``: exact duplicate rows collapsed before a search.
 * ``_magnitude``: data near the ends of the float range scaled or widened.
 * ``_graphs``: repeated small searches captured and replayed as CUDA graphs.
+* ``_routes``: :func:`search_validated`, the cheapest of these routes for data
+  its caller has validated (what estimators, detectors and streams call).
 * ``_fused_kernel`` / ``_fused_tuning``: the fused Triton candidate kernel and
   its tile-shape tuning; ``_rerank_kernel``: the re-rank and selection in one
   launch; ``_exact_tile_kernel``: exact score tiles for large ``k``, and every
@@ -49,9 +51,10 @@ from ._graphs import clear_search_graphs, search_with_graph
 from ._host_summary import assumptions_held, facts_of, gather_facts, summarise_on_device
 from ._magnitude import finite_magnitudes, smallest_nonzero_magnitude
 from ._plan import SearchPlan, choose_backend, fused_unsupported, plan_search
+from ._routes import search_validated
 from ._search import knn_search
 
 __all__ = ["knn_search", "SearchPlan", "plan_search", "choose_backend", "fused_unsupported", "search_with_graph",
            "clear_search_graphs", "finite_magnitudes", "smallest_nonzero_magnitude", "tuning", "scores_within", "scores_within_torch",
            "exact_tile_available", "summarise_on_device", "gather_facts", "facts_of", "assumptions_held",
-           "search_small"]
+           "search_small", "search_validated"]

@@ -144,7 +144,7 @@ def exact_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: 
 
 
 def search_small(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool, device: torch.device,
-                 backend: str, precision: str):
+                 backend: str, precision: str, as_distance: bool = True):
     """A small search checked and run in one launch: ``(distances, indices, finite)`` on ``device``, or None.
 
     For ``kneighbors`` on a GPU, where a small search's time is its launches
@@ -157,7 +157,8 @@ def search_small(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric,
     range widening or scaling (``._magnitude``) and the results could differ
     from that path's (float64 scores outside float32's normal range).
     ``ref``/``query``: float32, on ``device`` or in host memory; ``query is ref``
-    when ``exclude_self``. Distances as the engine reports them, bit for bit.
+    when ``exclude_self``. Distances (``as_distance=False``: scores) as the
+    engine reports them, bit for bit.
     """
     n_query, n_ref = query.shape[0], ref.shape[0]
     d = ref.shape[1]
@@ -174,12 +175,13 @@ def search_small(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric,
         if not same_device(X.device, device) and not fits_on_device(2 * X.numel() * X.element_size(), device):
             return None
     RT, QT = feature_major(ref, query, device)
-    scores, index, extremes = exact_select_checked(QT, RT, k, metric.name, exclude_self=exclude_self, as_distance=True)
+    scores, index, extremes = exact_select_checked(QT, RT, k, metric.name, exclude_self=exclude_self, as_distance=as_distance)
     found = extremes.cpu().numpy()  # the one host wait
     if found[:, 0].any():
         return scores, index, False
     dtype, scale = arithmetic(torch.float32, float(found[:, 1].max()), float(found[:, 2].min()))
-    if dtype != torch.float32 or (scale is not None and not _unscaled_equal(scores, index, QT, RT, metric.name == "euclidean")):
+    if dtype != torch.float32 or (scale is not None and not _unscaled_equal(scores, index, QT, RT,
+                                                                             as_distance and metric.name == "euclidean")):
         return None
     return scores, index, True
 
