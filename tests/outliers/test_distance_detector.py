@@ -183,10 +183,17 @@ def test_gpu_estimator_matches_cpu_and_returns_cuda_tensors():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU on this machine (run the gpu tier on the device machine)")
     X = _blobs(n=4000, seed=8)
-    cpu = DistanceOutlierDetector(n_neighbors=10, n_outliers=20, n_candidates=256, device="cpu").fit(X)
-    gpu = DistanceOutlierDetector(n_neighbors=10, n_outliers=20, n_candidates=256, device="cuda").fit(X)
+    common = dict(n_neighbors=10, n_outliers=20, n_candidates=256, method="solving_set")
+    cpu = DistanceOutlierDetector(device="cpu", **common).fit(X)
+    gpu = DistanceOutlierDetector(device="cuda", **common).fit(X)
     np.testing.assert_array_equal(gpu.labels_, cpu.labels_)
     np.testing.assert_array_equal(gpu.solving_set_, cpu.solving_set_)
+    # "auto" on a GPU: brute force at this size, the same outliers, weights and scores
+    auto = DistanceOutlierDetector(n_neighbors=10, n_outliers=20, device="cuda").fit(X)
+    assert auto.method_ == "brute_force" and cpu.method_ == "solving_set"
+    np.testing.assert_array_equal(auto.outlier_indices_, cpu.outlier_indices_)
+    np.testing.assert_array_equal(auto.threshold_, cpu.threshold_)
+    np.testing.assert_allclose(auto.score_samples(X[:50]), cpu.score_samples(X[:50]), rtol=1e-12)
     new = np.random.default_rng(9).standard_normal((500, 2)).astype(np.float32) * 4
     np.testing.assert_allclose(gpu.score_samples(new), cpu.score_samples(new), rtol=1e-12)
     t = gpu.predict(torch.from_numpy(new).cuda())

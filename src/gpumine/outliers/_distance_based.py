@@ -268,7 +268,8 @@ def run(X: torch.Tensor, n_outliers: int, k_other: int, *, method: str, n_candid
     """
     n = X.shape[0]
     Xd = X.to(device)
-    space = PairSpace(Xd, metric)
+    # brute force reads canonical pairs only: no tile form (its preparation waits on the device twice)
+    space = PairSpace(Xd, metric, tiles=method != "brute_force")
     if method == "brute_force":
         eb = engine_backend(backend, device, metric, X.dtype, k_other, n)
         engine_stats: dict = {}

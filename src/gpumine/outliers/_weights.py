@@ -1,12 +1,18 @@
 """Exact per-pair distances, weights, and the tile form the solving set runs on.
 
 Every distance that ends up in an outlier weight is computed here in one
-*canonical* form: in float64 from the input values, feature by feature in
-column order, with separate subtract / multiply / add operations (no fused
-multiply-add, no reduction kernel whose order depends on the shape of the
-batch). So the same pair always gets bit-for-bit the same value, whichever
-algorithm (brute force or solving set), tile, batch or device computed it,
-and weights of the same neighbour multiset are identical.
+*canonical* form: in float64 from the input values, each feature's term by
+separate element-wise subtract / multiply operations (no fused multiply-add),
+the terms added by a fixed pairwise tree over the features in column order
+(terms 0+1, 2+3, ..., an odd last term carried up a level), never by a
+reduction kernel whose order depends on the shape of the batch. So the same
+pair always gets bit-for-bit the same value, whichever algorithm (brute force
+or solving set), tile, batch or device computed it, and weights of the same
+neighbour multiset are identical. On a GPU a batch of pairs takes a few
+launches per tree level (:func:`_tree_over_rows`); on the CPU the terms are
+made feature by feature from contiguous columns and added as they come by a
+running binary counter (:func:`_running_tree`), which builds the same tree in
+O(log d) memory.
 
 A weight is the sum of the k smallest distances, added in ascending order by a
 fixed pairwise tree (:func:`tree_sum`). Rounding is monotone, so the tree sum of
@@ -25,6 +31,8 @@ metrics compute tiles in the canonical form directly.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..core.distance import Metric, get_metric, ieee_product, sqrt_rounded
@@ -34,6 +42,10 @@ __all__ = ["SUPPORTED_METRICS", "resolve_metric", "PairSpace", "tree_sum"]
 SUPPORTED_METRICS = ("euclidean", "sqeuclidean", "manhattan", "chebyshev", "minkowski", "cosine")
 
 _U64 = 2.0**-53
+
+#: Bytes of float64 feature values one batch of canonical pairs may hold on a GPU (the batch never
+#: changes the values, only how many pairs one launch computes).
+_CANONICAL_BATCH_BYTES = 1 << 26
 
 
 def resolve_metric(metric: str = "euclidean", p: float | None = None) -> Metric:
@@ -56,6 +68,46 @@ def _ieee_float32_matmul(device: torch.device) -> bool:
     if torch.get_float32_matmul_precision() != "highest":
         return False
     return device.type != "cuda" or not torch.backends.cuda.matmul.allow_tf32
+
+
+def _rows(index: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    """Rows ``start:end`` of an index tensor broadcast along its first dimension (all of it when that is 1)."""
+    return index if index.shape[0] == 1 else index[start:end]
+
+
+def _tree_over_rows(v: torch.Tensor) -> torch.Tensor:
+    """Sums over the first dimension of a (m, ...) tensor by a fixed pairwise tree: rows 0+1, 2+3, ..., an odd last row
+    carried to the next level (as adding an exact 0 to non-negative terms would)."""
+    while v.shape[0] > 1:
+        m = v.shape[0]
+        top = v[0 : m - 1 : 2] + v[1:m:2]
+        v = torch.cat([top, v[m - 1 :]]) if m % 2 else top
+    return v[0]
+
+
+def _running_tree(terms):
+    """The sum of an iterable of tensors by :func:`_tree_over_rows`'s tree, adding them as they
+    come: a binary counter of partial sums (equal levels merge; the rest merge right to left at
+    the end), at most log2(d) + 1 partial sums held."""
+    stack: list = []
+    for t in terms:
+        level = 0
+        while stack and stack[-1][0] == level:
+            t = stack.pop()[1] + t
+            level += 1
+        stack.append((level, t))
+    total = stack.pop()[1]
+    while stack:
+        total = stack.pop()[1] + total
+    return total
+
+
+def _one_minus_cosine(dot: torch.Tensor, na: torch.Tensor, nb: torch.Tensor) -> torch.Tensor:
+    """1 - cos from the canonical dot product and squared norms (0 where a norm is 0)."""
+    denom = torch.sqrt(na) * torch.sqrt(nb)
+    positive = denom > 0
+    cos = torch.where(positive, dot / torch.where(positive, denom, torch.ones_like(denom)), torch.zeros_like(dot))
+    return (1.0 - cos).clamp_(min=0.0)
 
 
 def tree_sum(values: torch.Tensor) -> torch.Tensor:
@@ -100,8 +152,8 @@ class PairSpace:
         self.n, self.d = X64.shape
         self.device = X64.device
         self.X = X64
-        # one contiguous column per feature: gathers of a feature are contiguous reads
-        self.columns = [X64[:, j].contiguous() for j in range(self.d)]
+        # feature-major: a batch of pairs gathers each feature as one contiguous row
+        self.XT = X64.T.contiguous()
         self.uses_matmul = self.name in ("euclidean", "sqeuclidean")
         self.exact = True
         self.gamma = 0.0
@@ -160,58 +212,80 @@ class PairSpace:
     # -- the canonical per-pair form ------------------------------------------------
     def canonical(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Canonical scores of the pairs (a, b): integer index tensors that broadcast together."""
-        cols = self.columns
-
-        def fa(j):
-            return cols[j][a]
-
-        def fb(j):
-            return cols[j][b]
-
-        return self._accumulate(fa, fb)
+        if self.device.type != "cuda":
+            cols = self.columns
+            return self._by_feature(lambda j: cols[j][a], lambda j: cols[j][b])
+        shape = torch.broadcast_shapes(a.shape, b.shape)
+        if not shape:
+            return self.canonical(a.reshape(1), b.reshape(1)).reshape(())
+        a = a.reshape((1,) * (len(shape) - a.dim()) + tuple(a.shape))
+        b = b.reshape((1,) * (len(shape) - b.dim()) + tuple(b.shape))
+        return self._batched(shape, lambda s, e: (self.XT[:, _rows(a, s, e)], self.XT[:, _rows(b, s, e)]))
 
     def canonical_to_rows(self, A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Canonical scores of external rows ``A`` (q, d) against the points ``b`` (q, c) indices."""
-        A = A.to(torch.float64)
-        cols = self.columns
+        A = A.to(device=self.device, dtype=torch.float64)
+        if self.device.type != "cuda":
+            cols = self.columns
+            return self._by_feature(lambda j: A[:, j : j + 1], lambda j: cols[j][b])
+        AT = A.T
+        return self._batched(b.shape, lambda s, e: (AT[:, s:e, None], self.XT[:, b[s:e]]))
 
-        def fa(j):
-            return A[:, j : j + 1]
+    @property
+    def columns(self) -> tuple:
+        """The features as contiguous columns (views of :attr:`XT`): a feature's gathers read contiguously."""
+        return self.XT.unbind(0)
 
-        def fb(j):
-            return cols[j][b]
+    def _batched(self, shape, operands) -> torch.Tensor:
+        """Canonical scores over the broadcast ``shape`` with every feature at once (few launches),
+        in slices of its first dimension that gather at most :data:`_CANONICAL_BATCH_BYTES`.
+        ``operands(start, end)`` gives a slice's two feature-major operands, (d, ...) each."""
+        per_row = 8 * max(1, self.d) * max(1, math.prod(shape[1:]))
+        step = max(1, _CANONICAL_BATCH_BYTES // per_row)
+        if shape[0] <= step:
+            return self._reduce(*operands(0, shape[0])).expand(shape)
+        out = torch.empty(shape, dtype=torch.float64, device=self.device)
+        for s in range(0, shape[0], step):
+            e = min(shape[0], s + step)
+            out[s:e] = self._reduce(*operands(s, e))
+        return out
 
-        return self._accumulate(fa, fb)
-
-    def _accumulate(self, fa, fb) -> torch.Tensor:
-        name, d = self.name, self.d
+    def _reduce(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Canonical scores of the pairs of x and y: feature-major (d, ...) float64, broadcasting together."""
+        name = self.name
+        if self.d == 0:
+            return x.new_zeros(torch.broadcast_shapes(x.shape, y.shape)[1:])
         if name == "cosine":
-            dot = na = nb = None
-            for j in range(d):
-                x, y = fa(j), fb(j)
-                dot = x * y if dot is None else dot + x * y
-                na = x * x if na is None else na + x * x
-                nb = y * y if nb is None else nb + y * y
-            denom = torch.sqrt(na) * torch.sqrt(nb)
-            positive = denom > 0
-            cos = torch.where(positive, dot / torch.where(positive, denom, torch.ones_like(denom)), torch.zeros_like(dot))
-            return (1.0 - cos).clamp_(min=0.0)
-        acc = None
-        for j in range(d):
-            t = fa(j) - fb(j)
-            if name in ("euclidean", "sqeuclidean"):
-                t = t * t
-            elif name == "minkowski":
-                t = t.abs().pow(self.metric.p)
-            else:
-                t = t.abs()
-            if acc is None:
-                acc = t  # a fresh tensor: the difference above never aliases the data
-            elif name == "chebyshev":
-                acc = torch.maximum(acc, t)
-            else:
-                acc = acc + t
-        return acc
+            return _one_minus_cosine(_tree_over_rows(x * y), _tree_over_rows(x * x), _tree_over_rows(y * y))
+        t = self._term(x - y)
+        if name == "chebyshev":
+            return t.amax(0)  # a maximum is exact in any order
+        return _tree_over_rows(t)
+
+    def _by_feature(self, fa, fb) -> torch.Tensor:
+        """Canonical scores from one feature at a time (``fa(j)``, ``fb(j)``: feature j of the pairs'
+        two sides, broadcasting together), summed by :func:`_running_tree`."""
+        d = self.d
+        if self.name == "cosine":
+            dot = _running_tree(fa(j) * fb(j) for j in range(d))
+            na = _running_tree(fa(j) * fa(j) for j in range(d))
+            nb = _running_tree(fb(j) * fb(j) for j in range(d))
+            return _one_minus_cosine(dot, na, nb)
+        terms = (self._term(fa(j) - fb(j)) for j in range(d))
+        if self.name == "chebyshev":
+            acc = None
+            for t in terms:
+                acc = t if acc is None else torch.maximum(acc, t)
+            return acc
+        return _running_tree(terms)
+
+    def _term(self, diff: torch.Tensor) -> torch.Tensor:
+        """Each feature's term of a difference-based metric (a fresh tensor: never aliases the data)."""
+        if self.name in ("euclidean", "sqeuclidean"):
+            return diff * diff
+        if self.name == "minkowski":
+            return diff.abs().pow(self.metric.p)
+        return diff.abs()
 
     # -- scores to distances and weights ------------------------------------------
     def to_distance(self, scores: torch.Tensor) -> torch.Tensor:

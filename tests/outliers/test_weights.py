@@ -1,0 +1,65 @@
+"""The canonical pair form: one value per pair whichever way it is evaluated.
+
+On a GPU the features of a batch of pairs are summed at once, level by level of a pairwise tree
+(``PairSpace._batched``); on the CPU feature by feature through a running binary counter
+(``PairSpace._by_feature``). Both must build the same tree, so every pair gets the same bits on
+every device and batch size; and the value must be a float64-accurate distance.
+"""
+
+import numpy as np
+import pytest
+import torch
+from scipy.spatial.distance import cdist
+
+from gpumine.outliers import _weights
+from gpumine.outliers._weights import PairSpace, _running_tree, _tree_over_rows, resolve_metric
+
+METRICS = [("euclidean", None), ("sqeuclidean", None), ("manhattan", None), ("chebyshev", None),
+           ("minkowski", 3.0), ("cosine", None)]
+
+
+def _batched(space, a, b):
+    shape = torch.broadcast_shapes(a.shape, b.shape)
+    a = a.reshape((1,) * (len(shape) - a.dim()) + tuple(a.shape))
+    b = b.reshape((1,) * (len(shape) - b.dim()) + tuple(b.shape))
+    return space._batched(shape, lambda s, e: (space.XT[:, _weights._rows(a, s, e)], space.XT[:, _weights._rows(b, s, e)]))
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 5, 7, 8, 13, 64, 65, 130])
+def test_running_tree_is_the_level_tree(d):
+    values = torch.tensor(np.random.default_rng(d).normal(size=(d, 11)) * 10.0 ** np.arange(d)[:, None] % 7.3)
+    assert torch.equal(_running_tree(list(values)), _tree_over_rows(values))
+    if d > 2:  # not a sequential sum: the association differs where rounding shows it
+        sequential = values[0].clone()
+        for row in values[1:]:
+            sequential = sequential + row
+        assert torch.allclose(sequential, _tree_over_rows(values), rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("metric,p", METRICS)
+@pytest.mark.parametrize("d", [1, 3, 8, 37, 131])
+@pytest.mark.parametrize("batch_bytes", [1 << 26, 2048])
+def test_batched_and_by_feature_forms_agree_bit_for_bit(metric, p, d, batch_bytes, monkeypatch):
+    monkeypatch.setattr(_weights, "_CANONICAL_BATCH_BYTES", batch_bytes)
+    rng = np.random.default_rng(d)
+    X = np.concatenate([rng.normal(size=(40, d)) * 1e3 + 7.0, rng.integers(-3, 4, size=(25, d))])
+    space = PairSpace(torch.tensor(X), resolve_metric(metric, p), tiles=False)
+    rows, cols = torch.arange(0, 65, 3), torch.arange(65)
+    tile = space.canonical(rows[:, None], cols[None, :])  # the CPU form
+    assert torch.equal(tile, _batched(space, rows[:, None], cols[None, :]))
+    lists = torch.tensor(rng.integers(0, 65, size=(17, 6)))
+    assert torch.equal(space.canonical(rows[:17, None], lists), _batched(space, rows[:17, None], lists))
+    assert torch.equal(space.canonical(rows[:5], cols[:5]), _batched(space, rows[:5], cols[:5]))
+    # external rows against points: the same value as the point itself
+    ext = space.canonical_to_rows(torch.tensor(X[:17]), lists)
+    assert torch.equal(ext, space.canonical(torch.arange(17)[:, None], lists))
+    # float64-accurate
+    kw = {"p": p} if p else {}
+    name = {"manhattan": "cityblock"}.get(metric, metric)
+    ref = cdist(X[rows.numpy()], X, metric=name, **kw)
+    got = space.to_distance(tile).numpy()
+    if metric == "minkowski":
+        got = tile.numpy() ** (1 / p)
+    defined = np.isfinite(ref)  # scipy's cosine of a zero vector is NaN; here it is 1 (see _one_minus_cosine)
+    assert np.all(got[~defined] == 1.0)
+    np.testing.assert_allclose(got[defined], ref[defined], rtol=1e-12, atol=1e-12 * (metric == "cosine"))
