@@ -365,3 +365,16 @@ def test_repeated_small_fits_on_the_gpu_replay_the_search_graph_with_eager_resul
     eager = [LocalOutlierFactor(n_neighbors=10, device="cuda").fit(X).negative_outlier_factor_ for X in sets]
     for g, e in zip(graph, eager):
         np.testing.assert_array_equal(g, e)
+
+
+def test_duplicates_search_follows_the_estimators_backend_not_the_global_setting():
+    import gpumine
+
+    rng = np.random.default_rng(0)
+    X = np.r_[np.zeros((10, 2)), rng.standard_normal((50, 2))].astype(np.float32)  # 10 duplicates > k
+    plain = LocalOutlierFactor(n_neighbors=5, device="cpu").fit(X)
+    with gpumine.config_context(backend="triton"):  # not runnable on the CPU: the estimator's "torch" wins
+        with pytest.warns(DuplicatesWarning):
+            ours = LocalOutlierFactor(n_neighbors=5, backend="torch", device="cpu").fit(X)
+    np.testing.assert_array_equal(ours.negative_outlier_factor_, plain.negative_outlier_factor_)
+    assert ours.n_duplicate_points_ == 10

@@ -18,12 +18,6 @@ METRICS = [("euclidean", None), ("sqeuclidean", None), ("manhattan", None), ("ch
            ("minkowski", 3.0), ("cosine", None)]
 
 
-def _batched(space, a, b):
-    shape = torch.broadcast_shapes(a.shape, b.shape)
-    a = a.reshape((1,) * (len(shape) - a.dim()) + tuple(a.shape))
-    b = b.reshape((1,) * (len(shape) - b.dim()) + tuple(b.shape))
-    return space._batched(shape, lambda s, e: (space.XT[:, _weights._rows(a, s, e)], space.XT[:, _weights._rows(b, s, e)]))
-
 
 @pytest.mark.parametrize("d", [1, 2, 3, 5, 7, 8, 13, 64, 65, 130])
 def test_running_tree_is_the_level_tree(d):
@@ -38,22 +32,27 @@ def test_running_tree_is_the_level_tree(d):
 
 @pytest.mark.parametrize("metric,p", METRICS)
 @pytest.mark.parametrize("d", [1, 3, 8, 37, 131])
-@pytest.mark.parametrize("batch_bytes", [1 << 26, 2048])
+@pytest.mark.parametrize("batch_bytes", [1 << 26, 2048, 1])
 def test_batched_and_by_feature_forms_agree_bit_for_bit(metric, p, d, batch_bytes, monkeypatch):
-    monkeypatch.setattr(_weights, "_CANONICAL_BATCH_BYTES", batch_bytes)
     rng = np.random.default_rng(d)
     X = np.concatenate([rng.normal(size=(40, d)) * 1e3 + 7.0, rng.integers(-3, 4, size=(25, d))])
     space = PairSpace(torch.tensor(X), resolve_metric(metric, p), tiles=False)
     rows, cols = torch.arange(0, 65, 3), torch.arange(65)
-    tile = space.canonical(rows[:, None], cols[None, :])  # the CPU form
-    assert torch.equal(tile, _batched(space, rows[:, None], cols[None, :]))
     lists = torch.tensor(rng.integers(0, 65, size=(17, 6)))
-    assert torch.equal(space.canonical(rows[:17, None], lists), _batched(space, rows[:17, None], lists))
-    assert torch.equal(space.canonical(rows[:5], cols[:5]), _batched(space, rows[:5], cols[:5]))
+    cases = [(rows[:, None], cols[None, :]), (rows[:17, None], lists), (rows[:5], cols[:5]), (rows[:1, None], cols[None, :]),
+             (torch.tensor(3), torch.tensor(9)), (rows[:0, None], cols[None, :])]
+    by_feature = [space.canonical(a, b) for a, b in cases]  # the CPU form
+    external = space.canonical_to_rows(torch.tensor(X[:17]), lists)
+    monkeypatch.setattr(_weights, "_CANONICAL_BATCH_BYTES", batch_bytes)
+    monkeypatch.setattr(_weights, "_BATCHED_DEVICE_TYPES", ("cuda", "cpu"))  # the GPU form, on the CPU
+    for (a, b), want in zip(cases, by_feature):
+        got = space.canonical(a, b)
+        assert got.shape == want.shape and torch.equal(got, want)
+    assert torch.equal(space.canonical_to_rows(torch.tensor(X[:17]), lists), external)
     # external rows against points: the same value as the point itself
-    ext = space.canonical_to_rows(torch.tensor(X[:17]), lists)
-    assert torch.equal(ext, space.canonical(torch.arange(17)[:, None], lists))
+    assert torch.equal(external, space.canonical(torch.arange(17)[:, None], lists))
     # float64-accurate
+    tile = by_feature[0]
     kw = {"p": p} if p else {}
     name = {"manhattan": "cityblock"}.get(metric, metric)
     ref = cdist(X[rows.numpy()], X, metric=name, **kw)
@@ -63,3 +62,16 @@ def test_batched_and_by_feature_forms_agree_bit_for_bit(metric, p, d, batch_byte
     defined = np.isfinite(ref)  # scipy's cosine of a zero vector is NaN; here it is 1 (see _one_minus_cosine)
     assert np.all(got[~defined] == 1.0)
     np.testing.assert_allclose(got[defined], ref[defined], rtol=1e-12, atol=1e-12 * (metric == "cosine"))
+
+
+def test_old_pickles_get_their_feature_major_copy():
+    import pickle
+
+    space = PairSpace(torch.tensor(np.random.default_rng(0).normal(size=(30, 4))), resolve_metric("euclidean"), tiles=False)
+    state = dict(space.__dict__)
+    del state["XT"]  # as pickled before the copy existed
+    old = PairSpace.__new__(PairSpace)
+    old.__setstate__(state)
+    again = pickle.loads(pickle.dumps(old))
+    idx = torch.arange(30)
+    assert torch.equal(again.canonical(idx[:, None], idx[None, :]), space.canonical(idx[:, None], idx[None, :]))

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.distance import Metric
-from ..neighbors.engine import choose_backend, search_validated
+from ..neighbors.engine import search_validated
 
 __all__ = [
     "DUPLICATE_RULES",
@@ -136,6 +136,7 @@ def _k_distinct_distance(
     *,
     device: torch.device,
     budget_bytes: int,
+    backend: str = "torch",
 ) -> torch.Tensor:
     """Distance from each point ``ref[rows]`` to the k-th nearest other distinct location in ``ref``.
 
@@ -157,8 +158,7 @@ def _k_distinct_distance(
     want = min(k + 1, n_distinct)
     while pending.numel():
         found, _ = search_validated(distinct, queries[pending], want, metric, exclude_self=False, device=device,
-                                    budget_bytes=budget_bytes, result_device=device, backend=choose_backend(
-                                        None, device, metric, distinct.dtype, want, n_distinct), verbose=0)
+                                    budget_bytes=budget_bytes, result_device=device, backend=backend, verbose=0)
         dist = found.to(torch.float64)
         positive = dist > 0
         n_positive = positive.sum(1)
@@ -184,13 +184,16 @@ def k_distances(
     duplicates: str = "distinct",
     device: torch.device | None = None,
     budget_bytes: int = 256 * 2**20,
+    backend: str = "torch",
 ) -> tuple[torch.Tensor, int]:
     """k-distances from an all-kNN distance array ``dist`` (n, k), with the duplicates rule.
 
     Returns ``(k_distance, n_zero)``: the float64 k-distances to use in
     reach-distances, and how many points had k-distance 0. With
     ``duplicates="distinct"`` those points get their k-distinct-distance
-    (needs ``ref`` and ``metric``); with ``"sklearn"`` they stay 0.
+    (needs ``ref`` and ``metric``; ``backend`` runs that search: ``"torch"`` or
+    ``"auto"``, never ``"triton"``, whose kernel cannot take every count the
+    search may double to); with ``"sklearn"`` they stay 0.
 
     Examples
     --------
@@ -208,7 +211,8 @@ def k_distances(
             raise ValueError("duplicates='distinct' needs the reference rows and the metric")
         rows = zero.nonzero().squeeze(1)
         dev = kdist.device if device is None else device
-        floor = _k_distinct_distance(ref, rows, dist.shape[1], metric, device=dev, budget_bytes=budget_bytes)
+        floor = _k_distinct_distance(ref, rows, dist.shape[1], metric, device=dev, budget_bytes=budget_bytes,
+                                     backend=backend)
         kdist = kdist.clone()
         kdist[rows.to(kdist.device)] = floor.to(kdist.device)
     return kdist, n_zero
@@ -252,6 +256,7 @@ def lof_from_knn(
     duplicates: str = "distinct",
     device: torch.device | None = None,
     budget_bytes: int = 256 * 2**20,
+    backend: str = "torch",
 ) -> LOFFit:
     """LOF of every point from its all-kNN result (self excluded), distances as true distances.
 
@@ -260,7 +265,8 @@ def lof_from_knn(
     """
     check_duplicates_rule(duplicates)
     dist = dist.to(torch.float64)
-    kdist, n_zero = k_distances(dist, ref, metric, duplicates=duplicates, device=device, budget_bytes=budget_bytes)
+    kdist, n_zero = k_distances(dist, ref, metric, duplicates=duplicates, device=device, budget_bytes=budget_bytes,
+                                backend=backend)
     lrd = local_reachability_density(dist, indices, kdist, duplicates=duplicates)
     lof = local_outlier_factor(lrd, indices, lrd)
     return LOFFit(dist, indices, kdist, lrd, lof, n_zero, duplicates)
@@ -293,8 +299,9 @@ def lof_fit(
     dist, indices = search_validated(X, X, n_neighbors, metric, exclude_self=True, device=device,
                                      budget_bytes=budget_bytes, result_device=device, backend=backend, graphs=replay,
                                      working_memory=working_memory, verbose=verbose)
-    fit = lof_from_knn(dist, indices, X, metric, duplicates=duplicates,
-                       device=device, budget_bytes=budget_bytes)
+    # the distinct-location search may double its count past the Triton kernel's: "auto" picks per search
+    fit = lof_from_knn(dist, indices, X, metric, duplicates=duplicates, device=device, budget_bytes=budget_bytes,
+                       backend="auto" if backend == "triton" else backend)
     if warn:
         warn_duplicates(fit, stacklevel=3)
     return fit

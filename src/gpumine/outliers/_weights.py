@@ -46,6 +46,9 @@ _U64 = 2.0**-53
 #: Bytes of float64 feature values one batch of canonical pairs may hold on a GPU (the batch never
 #: changes the values, only how many pairs one launch computes).
 _CANONICAL_BATCH_BYTES = 1 << 26
+#: Device types whose canonical pairs take every feature at once (:meth:`PairSpace._batched`); the
+#: others go feature by feature (:meth:`PairSpace._by_feature`). Both give the same bits.
+_BATCHED_DEVICE_TYPES = ("cuda",)
 
 
 def resolve_metric(metric: str = "euclidean", p: float | None = None) -> Metric:
@@ -212,7 +215,7 @@ class PairSpace:
     # -- the canonical per-pair form ------------------------------------------------
     def canonical(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Canonical scores of the pairs (a, b): integer index tensors that broadcast together."""
-        if self.device.type != "cuda":
+        if self.device.type not in _BATCHED_DEVICE_TYPES:
             cols = self.columns
             return self._by_feature(lambda j: cols[j][a], lambda j: cols[j][b])
         shape = torch.broadcast_shapes(a.shape, b.shape)
@@ -220,16 +223,34 @@ class PairSpace:
             return self.canonical(a.reshape(1), b.reshape(1)).reshape(())
         a = a.reshape((1,) * (len(shape) - a.dim()) + tuple(a.shape))
         b = b.reshape((1,) * (len(shape) - b.dim()) + tuple(b.shape))
+        if self._over_cap(shape):  # one slice of the first dimension is over the cap: flat pairs
+            fa, fb = a.expand(shape).reshape(-1), b.expand(shape).reshape(-1)
+            flat = self._batched(fa.shape, lambda s, e: (self.XT[:, fa[s:e]], self.XT[:, fb[s:e]]))
+            return flat.view(shape)
         return self._batched(shape, lambda s, e: (self.XT[:, _rows(a, s, e)], self.XT[:, _rows(b, s, e)]))
 
     def canonical_to_rows(self, A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Canonical scores of external rows ``A`` (q, d) against the points ``b`` (q, c) indices."""
         A = A.to(device=self.device, dtype=torch.float64)
-        if self.device.type != "cuda":
+        if self.device.type not in _BATCHED_DEVICE_TYPES:
             cols = self.columns
             return self._by_feature(lambda j: A[:, j : j + 1], lambda j: cols[j][b])
         AT = A.T
+        if self._over_cap(b.shape):
+            fa = torch.arange(b.shape[0], device=b.device)[:, None].expand(b.shape).reshape(-1)
+            fb = b.reshape(-1)
+            return self._batched(fb.shape, lambda s, e: (AT[:, fa[s:e]], self.XT[:, fb[s:e]])).view(b.shape)
         return self._batched(b.shape, lambda s, e: (AT[:, s:e, None], self.XT[:, b[s:e]]))
+
+    def _over_cap(self, shape) -> bool:
+        """Whether one slice of ``shape``'s first dimension gathers more than :data:`_CANONICAL_BATCH_BYTES`."""
+        return len(shape) > 1 and 8 * max(1, self.d) * math.prod(shape[1:]) > _CANONICAL_BATCH_BYTES
+
+    def __setstate__(self, state):
+        # spaces pickled before the feature-major copy existed
+        self.__dict__.update(state)
+        if "XT" not in state:
+            self.XT = self.X.T.contiguous()
 
     @property
     def columns(self) -> tuple:
