@@ -19,6 +19,7 @@ from gpumine.outliers._weights import PairSpace, resolve_metric, tree_sum
 from helpers import shared_file
 
 CPU = dict(device="cpu")
+SS = dict(device="cpu", method="solving_set")  # the SolvingSet machinery (auto may pick brute force)
 
 
 # -- oracle ------------------------------------------------------------------------------------------
@@ -91,7 +92,7 @@ def test_solving_set_equals_brute_force_and_oracle(name, k):
 def test_any_candidate_batch_size_gives_the_same_answer(n_candidates):
     X = _data("clustered", n=700, seed=3)
     weights = oracle_weights(X, 9)
-    res = top_n_outliers(X, 15, 9, n_candidates=n_candidates, **CPU)
+    res = top_n_outliers(X, 15, 9, n_candidates=n_candidates, **SS)
     assert_top_matches_oracle(res, weights, 15)
 
 
@@ -115,7 +116,7 @@ def test_every_point_an_outlier_and_tiny_inputs():
         np.testing.assert_array_equal(res.indices, [0, 2, 1])  # 3, 3, 2: the tie goes to the lower index
         np.testing.assert_allclose(res.weights, [3.0, 3.0, 2.0])
     assert res.distance_fraction == 1.0
-    two = top_n_outliers([[0.0, 0.0], [3.0, 4.0]], 1, 1, **CPU)
+    two = top_n_outliers([[0.0, 0.0], [3.0, 4.0]], 1, 1, **SS)
     np.testing.assert_array_equal(two.indices, [0])
     np.testing.assert_allclose(two.weights, [5.0])
 
@@ -149,7 +150,7 @@ def test_weights_equal_pyod_knn_mean_times_k():
     pyod_weights = pyod_knn.KNN(n_neighbors=k, method="mean").fit(X).decision_scores_ * k
     bf = top_n_outliers(X, 800, k, method="brute_force", **CPU)  # every point ranked
     np.testing.assert_allclose(bf.scores, pyod_weights, rtol=1e-12)
-    ss = top_n_outliers(X, 12, k, **CPU)
+    ss = top_n_outliers(X, 12, k, **SS)
     exact = np.asarray(ss.scores_exact)
     np.testing.assert_allclose(np.asarray(ss.scores)[exact], pyod_weights[exact], rtol=1e-12)
     assert_top_matches_oracle(ss, pyod_weights, 12)
@@ -163,13 +164,13 @@ def test_weights_equal_sklearn_nearest_neighbors_sums():
     reference = dist.sum(1)
     bf = top_n_outliers(X, len(X), k, method="brute_force", **CPU)
     np.testing.assert_allclose(bf.scores, reference, rtol=1e-12, atol=1e-12)
-    assert_top_matches_oracle(top_n_outliers(X, 10, k, **CPU), reference, 10)
+    assert_top_matches_oracle(top_n_outliers(X, 10, k, **SS), reference, 10)
 
 
 def test_scores_are_exact_or_upper_bounds_below_threshold():
     X = _data("gaussian", n=2000, seed=7)
     weights = oracle_weights(X, 10)
-    res = top_n_outliers(X, 10, 10, n_candidates=64, **CPU)
+    res = top_n_outliers(X, 10, 10, n_candidates=64, **SS)
     scores, exact = np.asarray(res.scores), np.asarray(res.scores_exact)
     assert exact[np.asarray(res.indices)].all()
     np.testing.assert_allclose(scores[exact], weights[exact], rtol=1e-10)
@@ -185,7 +186,7 @@ def test_solving_set_property_of_the_model():
     """Definition III.3: every point outside the solving set S has w_k(y, S) below w* (the n-th weight)."""
     X = _data("clustered", n=1500, seed=8)
     k = 8
-    res = top_n_outliers(X, 10, k, n_candidates=40, **CPU)
+    res = top_n_outliers(X, 10, k, n_candidates=40, **SS)
     S = np.asarray(res.solving_set)
     outside = np.setdiff1d(np.arange(len(X)), S)
     assert len(outside) > 0
@@ -201,7 +202,7 @@ def test_erratum_every_candidate_is_offered_to_top(monkeypatch):
     rng = np.random.default_rng(9)
     X = np.vstack([rng.standard_normal((400, 2)) * 0.5, [[20.0, 0.0], [0.0, 25.0], [-30.0, 0.0]]]).astype(np.float32)
     weights = oracle_weights(X, 5)
-    fixed = top_n_outliers(X, 3, 5, n_candidates=500, **CPU)  # one iteration: all points are candidates
+    fixed = top_n_outliers(X, 3, 5, n_candidates=500, **SS)  # one iteration: all points are candidates
     assert_top_matches_oracle(fixed, weights, 3)
     np.testing.assert_array_equal(np.sort(fixed.indices), [400, 401, 402])
 
@@ -211,7 +212,7 @@ def test_erratum_every_candidate_is_offered_to_top(monkeypatch):
         return real_merge(top_w, top_i, w[-1:], i[-1:], n_out)
 
     monkeypatch.setattr(_solving_set, "_merge_top", fig2_update)
-    buggy = top_n_outliers(X, 3, 5, n_candidates=500, **CPU)
+    buggy = top_n_outliers(X, 3, 5, n_candidates=500, **SS)
     assert not np.array_equal(np.sort(buggy.indices), [400, 401, 402])
 
 
@@ -226,7 +227,7 @@ def test_reported_distances_are_the_pairs_the_tiles_computed(monkeypatch):
         return real_tile(self, rows, cols)
 
     monkeypatch.setattr(PairSpace, "tile", recording_tile)
-    res = top_n_outliers(X, 10, 6, n_candidates=50, **CPU)
+    res = top_n_outliers(X, 10, 6, n_candidates=50, **SS)
     n = len(X)
     assert res.distances_computed == len(pairs)  # each pair computed once, none uncounted
     assert res.distance_fraction == pytest.approx(len(pairs) / (n * (n - 1) / 2))
@@ -236,7 +237,7 @@ def test_reported_distances_are_the_pairs_the_tiles_computed(monkeypatch):
 
 def test_fraction_of_distances_and_summary():
     X = _data("gaussian", n=3000, seed=11)
-    ss = top_n_outliers(X, 10, 10, n_candidates=100, **CPU)
+    ss = top_n_outliers(X, 10, 10, n_candidates=100, **SS)
     bf = top_n_outliers(X, 10, 10, method="brute_force", **CPU)
     assert bf.distance_fraction == 1.0 and bf.distances_computed == 3000 * 2999 // 2 and bf.iterations == 1
     assert len(bf.solving_set) == 3000
@@ -248,13 +249,13 @@ def test_fraction_of_distances_and_summary():
 
 def test_small_working_memory_and_random_state_do_not_change_the_answer():
     X = _data("clustered", n=1000, seed=12)
-    reference = top_n_outliers(X, 10, 12, n_candidates=64, **CPU)
-    tiny = top_n_outliers(X, 10, 12, n_candidates=64, working_memory=0.05, **CPU)
-    other_seed = top_n_outliers(X, 10, 12, n_candidates=64, random_state=123, **CPU)
+    reference = top_n_outliers(X, 10, 12, n_candidates=64, **SS)
+    tiny = top_n_outliers(X, 10, 12, n_candidates=64, working_memory=0.05, **SS)
+    other_seed = top_n_outliers(X, 10, 12, n_candidates=64, random_state=123, **SS)
     for res in (tiny, other_seed):
         np.testing.assert_array_equal(res.indices, reference.indices)
         np.testing.assert_array_equal(res.weights, reference.weights)
-    again = top_n_outliers(X, 10, 12, n_candidates=64, **CPU)
+    again = top_n_outliers(X, 10, 12, n_candidates=64, **SS)
     np.testing.assert_array_equal(again.solving_set, reference.solving_set)  # deterministic for a seed
     assert not np.array_equal(np.sort(other_seed.solving_set), np.sort(reference.solving_set))
 
@@ -282,8 +283,8 @@ def test_solving_set_is_independent_of_tie_order_and_tiles(monkeypatch):
     arithmetic is exact. Only the count of distances depends on the tiles (a candidate's liveness is
     re-checked once per tile of inactive points)."""
     X = _data("integers", n=800, seed=15)
-    reference = top_n_outliers(X, 10, 12, n_candidates=64, **CPU)
-    tiles = top_n_outliers(X, 10, 12, n_candidates=64, working_memory=0.05, **CPU)
+    reference = top_n_outliers(X, 10, 12, n_candidates=64, **SS)
+    tiles = top_n_outliers(X, 10, 12, n_candidates=64, working_memory=0.05, **SS)
     np.testing.assert_array_equal(tiles.solving_set, reference.solving_set, err_msg=first_divergence(tiles, reference))
     real_topk = torch.topk
     g = torch.Generator().manual_seed(0)
@@ -297,7 +298,7 @@ def test_solving_set_is_independent_of_tie_order_and_tiles(monkeypatch):
         return torch.return_types.topk((values, perm[cols]))
 
     monkeypatch.setattr(torch, "topk", topk_with_shuffled_ties)
-    shuffled = top_n_outliers(X, 10, 12, n_candidates=64, **CPU)
+    shuffled = top_n_outliers(X, 10, 12, n_candidates=64, **SS)
     np.testing.assert_array_equal(shuffled.solving_set, reference.solving_set,
                                   err_msg=first_divergence(shuffled, reference))
     assert shuffled.distances_computed == reference.distances_computed
@@ -342,19 +343,19 @@ def test_deadline_raises_with_statistics():
 # -- inputs and outputs ----------------------------------------------------------------------------------
 def test_output_kinds_follow_the_input():
     X = _data("gaussian", n=200, seed=14)
-    ref = top_n_outliers(X, 4, 3, **CPU)
+    ref = top_n_outliers(X, 4, 3, **SS)
     assert isinstance(ref.indices, np.ndarray) and ref.indices.dtype == np.int64
     assert ref.weights.dtype == np.float64
-    t = top_n_outliers(torch.from_numpy(X), 4, 3, **CPU)
+    t = top_n_outliers(torch.from_numpy(X), 4, 3, **SS)
     assert isinstance(t.indices, torch.Tensor) and isinstance(t.solving_set, torch.Tensor)
     np.testing.assert_array_equal(t.indices.numpy(), ref.indices)
-    df = top_n_outliers(pd.DataFrame(X), 4, 3, **CPU)
-    lst = top_n_outliers(X.tolist(), 4, 3, **CPU)
+    df = top_n_outliers(pd.DataFrame(X), 4, 3, **SS)
+    lst = top_n_outliers(X.tolist(), 4, 3, **SS)
     ro = X.copy()
     ro.setflags(write=False)
-    for res in (df, lst, top_n_outliers(ro, 4, 3, **CPU)):
+    for res in (df, lst, top_n_outliers(ro, 4, 3, **SS)):
         np.testing.assert_array_equal(res.indices, ref.indices)
-    f64 = top_n_outliers(X.astype(np.float64), 4, 3, **CPU)
+    f64 = top_n_outliers(X.astype(np.float64), 4, 3, **SS)
     np.testing.assert_allclose(f64.weights, ref.weights, rtol=1e-12)
 
 
@@ -399,7 +400,7 @@ def test_explicit_triton_backend_for_the_solving_set_raises():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised when no GPU is present")
 def test_explicit_cuda_without_gpu_raises():
     with pytest.raises(ValueError, match="no CUDA GPU"):
-        top_n_outliers(_data("gaussian", n=20), 3, 3, device="cuda")
+        top_n_outliers(_data("gaussian", n=20), 3, 3, method="solving_set", device="cuda")
 
 
 # -- real data ---------------------------------------------------------------------------------------------
@@ -420,7 +421,7 @@ def test_real_adbench_mammography_solving_set_equals_reference():
     X, _ = _adbench("23_mammography")  # 11,183 x 6, real measurements with duplicate rows
     k = 10
     reference = _sklearn_reference(X, k)
-    ss = top_n_outliers(X, 10, k, **CPU)
+    ss = top_n_outliers(X, 10, k, **SS)
     assert_top_matches_oracle(ss, reference, 10, rtol=1e-9)
     assert ss.distance_fraction < 0.5
 
@@ -431,7 +432,7 @@ def test_real_adbench_large_sets_solving_set_equals_reference(name, k):
     """Real sets with many duplicate rows (smtp, http) and the Covertype sample; on the GPU when there is one."""
     X, _ = _adbench(name)
     reference = _sklearn_reference(X, k)
-    ss = top_n_outliers(X, 10, k, device="auto")
+    ss = top_n_outliers(X, 10, k, method="solving_set", device="auto")
     assert_top_matches_oracle(ss, reference, 10, rtol=1e-9)
     assert ss.distance_fraction < 0.5
 
@@ -474,33 +475,36 @@ def test_gpu_covtype_k50_solving_set_equals_brute_force(monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU on this machine (run the gpu tier on the device machine)")
     X, _ = _adbench("10_cover")
-    ss = top_n_outliers(X, 10, 50, device="cuda")  # engine searches: more pairs, on the fused kernel
+    ss = top_n_outliers(X, 10, 50, method="solving_set", device="cuda")  # engine searches: more pairs, on the fused kernel
     bf = top_n_outliers(X, 10, 50, method="brute_force", device="cuda")
     np.testing.assert_array_equal(ss.indices, bf.indices)
     np.testing.assert_array_equal(ss.weights, bf.weights)
     assert ss.stats["form"] == "engine" and ss.distance_fraction < 0.5
     monkeypatch.setitem(_distance_based.SOLVING_SET_ENGINE_MIN_FEATURES, "cuda", None)
-    tiles = top_n_outliers(X, 10, 50, device="cuda")
+    tiles = top_n_outliers(X, 10, 50, method="solving_set", device="cuda")
     np.testing.assert_array_equal(tiles.indices, bf.indices)
     np.testing.assert_array_equal(tiles.weights, bf.weights)
     assert tiles.stats["form"] == "tiles" and tiles.distance_fraction < 0.2
 
 
-def test_auto_method_picks_by_device_and_rows(monkeypatch):
+def test_auto_method_picks_by_device_rows_and_features(monkeypatch):
     resolve = _distance_based.resolve_method
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    most = _distance_based.AUTO_BRUTE_FORCE_MAX_ROWS["cuda"]
-    assert resolve("auto", cuda, most) == "brute_force" and resolve("auto", cuda, most + 1) == "solving_set"
-    assert resolve("auto", cpu, 10) == "solving_set"
-    assert resolve("solving_set", cuda, 10) == "solving_set" and resolve("brute_force", cpu, 10**9) == "brute_force"
-    X = np.random.default_rng(3).normal(size=(500, 4))
-    auto = top_n_outliers(X, 7, 5, **CPU)
+    gpu_rows = _distance_based.AUTO_BRUTE_FORCE["cuda"]["max_rows"]
+    assert resolve("auto", cuda, gpu_rows, 500) == "brute_force" and resolve("auto", cuda, gpu_rows + 1, 3) == "solving_set"
+    cpu_rule = _distance_based.AUTO_BRUTE_FORCE["cpu"]
+    assert resolve("auto", cpu, cpu_rule["max_rows"], cpu_rule["max_features"]) == "brute_force"
+    assert resolve("auto", cpu, cpu_rule["max_rows"] + 1, cpu_rule["max_features"]) == "solving_set"
+    assert resolve("auto", cpu, 10, cpu_rule["max_features"] + 1) == "solving_set"
+    assert resolve("auto", cpu, 10**8, cpu_rule["few_features"]) == "brute_force"
+    assert resolve("solving_set", cuda, 10, 2) == "solving_set" and resolve("brute_force", cpu, 10**9, 900) == "brute_force"
+    X = np.random.default_rng(3).normal(size=(500, 40))
+    auto = top_n_outliers(X, 7, 5, **CPU)  # 40 features: past the CPU's small-size rule
     assert auto.method == "solving_set"
-    monkeypatch.setitem(_distance_based.AUTO_BRUTE_FORCE_MAX_ROWS, "cpu", 500)
+    monkeypatch.setitem(_distance_based.AUTO_BRUTE_FORCE["cpu"], "max_features", 40)
     small = top_n_outliers(X, 7, 5, **CPU)
     assert small.method == "brute_force" and small.iterations == 1 and len(small.solving_set) == 500
     np.testing.assert_array_equal(small.indices, auto.indices)
     np.testing.assert_array_equal(small.weights, auto.weights)
-    assert top_n_outliers(X, 7, 5, method="auto", **CPU).method == "brute_force"
-    monkeypatch.setitem(_distance_based.AUTO_BRUTE_FORCE_MAX_ROWS, "cpu", 499)
-    assert top_n_outliers(X, 7, 5, **CPU).method == "solving_set"
+    monkeypatch.setitem(_distance_based.AUTO_BRUTE_FORCE["cpu"], "max_rows", 499)
+    assert top_n_outliers(X, 7, 5, method="auto", **CPU).method == "solving_set"

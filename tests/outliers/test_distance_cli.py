@@ -48,7 +48,7 @@ def test_stdout_csv_matches_the_library(data_csv, capsys):
     assert [int(r[1]) for r in rows] == expected.indices.tolist()
     np.testing.assert_allclose([float(r[2]) for r in rows], expected.weights, rtol=1e-15)
     assert {int(r[1]) for r in rows if r[3] == "1"} == {7, 99}
-    assert "gpumine outliers: solving_set: top 5 of 400 points" in err and "% of all pairs" in err
+    assert f"gpumine outliers: {expected.method}: top 5 of 400 points" in err and "% of all pairs" in err
 
 
 @pytest.mark.parametrize("method", ["solving_set", "brute_force", "auto"])

@@ -74,7 +74,7 @@ def test_predict_on_the_training_set_reproduces_labels(method, include_self):
 def test_new_points_are_weighed_against_the_solving_set():
     X = _blobs(seed=2)
     k = 5
-    det = DistanceOutlierDetector(n_neighbors=k, n_outliers=10, n_candidates=32, device="cpu").fit(X)
+    det = DistanceOutlierDetector(n_neighbors=k, n_outliers=10, n_candidates=32, method="solving_set", device="cpu").fit(X)
     S = X[det.solving_set_]
     assert len(det.solving_set_) < len(X)  # the model is a strict subset
     rng = np.random.default_rng(3)

@@ -15,7 +15,7 @@ from gpumine.outliers._distance_based import check_candidates, top_n_outliers
 from gpumine.outliers._solving_set import _update_tile, auto_candidates
 from gpumine.outliers._weights import PairSpace, resolve_metric
 
-CPU = dict(device="cpu")
+SS = dict(device="cpu", method="solving_set")  # the SolvingSet machinery (auto may pick brute force)
 
 
 def _data(name, n=600, seed=0):
@@ -40,7 +40,7 @@ def _data(name, n=600, seed=0):
 
 def _run(monkeypatch, X, k, fraction, **kw):
     monkeypatch.setitem(_solving_set.SPARSE_FRACTION, "cpu", fraction)
-    return top_n_outliers(X, 7, k, n_candidates=kw.pop("n_candidates", 48), **CPU, **kw)
+    return top_n_outliers(X, 7, k, n_candidates=kw.pop("n_candidates", 48), **SS, **kw)
 
 
 def _assert_same_run(a, b):
@@ -137,5 +137,5 @@ def test_auto_candidates_rule():
     assert auto_candidates(cuda, 10**6) == 1024 and auto_candidates(cpu, 10**6) == 256  # dimension unknown
     assert auto_candidates(cuda, 1000, 10) == 1000
     assert check_candidates("auto", cpu, 5000, 10) == 1024 and check_candidates(77, cpu, 5000, 10) == 77
-    res = top_n_outliers(np.random.default_rng(0).random((3000, 5)), 3, 4, **CPU)
+    res = top_n_outliers(np.random.default_rng(0).random((3000, 5)), 3, 4, **SS)
     assert res.n_candidates == 1024

@@ -43,13 +43,19 @@ __all__ = ["top_n_outliers", "DistanceOutliers", "METHODS", "SolvingSetTimeout"]
 
 METHODS = ("auto", "solving_set", "brute_force")
 
-#: ``method="auto"`` runs brute force (one all-kNN search on the engine) up to this many rows on a
-#: device of this type, and SolvingSet above it or where ``None``. On a GPU a SolvingSet iteration is
-#: two engine searches and a few host waits, which small data sets cannot repay: brute force was
-#: faster on 35 of the 37 ADBench sets up to 49,534 rows (the other two within 4 %), SolvingSet on
-#: the three sets measured above it (smtp, skin, cover). On the CPU neither won across the board
+#: ``method="auto"`` runs brute force (one all-kNN search on the engine) on a device of this type up
+#: to ``max_rows`` rows of at most ``max_features`` features (None: any), or at any size up to
+#: ``few_features`` features; SolvingSet otherwise. On a GPU a SolvingSet iteration is two engine
+#: searches and a few host waits, which small data sets cannot repay: brute force was faster on 35
+#: of the 37 ADBench sets up to 49,534 rows (the other two within 4 %), SolvingSet on the three sets
+#: measured above it (smtp, skin, cover). On the CPU the host engine's KD-tree makes brute force
+#: fast at few features (donors, cover, skin, mammography), and its products at small sizes; SolvingSet
+#: computes far fewer distances on large sets of more features (ALOI, campaign, InternetAds)
 #: (BENCHMARKS.md, "Design measurements quoted in the code").
-AUTO_BRUTE_FORCE_MAX_ROWS = {"cuda": 65536, "cpu": None}
+AUTO_BRUTE_FORCE = {
+    "cuda": {"max_rows": 65536, "max_features": None, "few_features": None},
+    "cpu": {"max_rows": 16384, "max_features": 32, "few_features": 10},
+}
 
 
 @dataclass
@@ -132,12 +138,16 @@ def check_method(method) -> str:
     return method
 
 
-def resolve_method(method: str, device: torch.device, n_samples: int) -> str:
-    """The method that runs: ``method`` itself, or for ``"auto"`` the one :data:`AUTO_BRUTE_FORCE_MAX_ROWS` picks."""
+def resolve_method(method: str, device: torch.device, n_samples: int, n_features: int) -> str:
+    """The method that runs: ``method`` itself, or for ``"auto"`` the one :data:`AUTO_BRUTE_FORCE` picks."""
     if method != "auto":
         return method
-    most = AUTO_BRUTE_FORCE_MAX_ROWS.get(device.type)
-    return "brute_force" if most is not None and n_samples <= most else "solving_set"
+    rule = AUTO_BRUTE_FORCE.get(device.type)
+    if rule is None:
+        return "solving_set"
+    few = rule["few_features"] is not None and n_features <= rule["few_features"]
+    small = n_samples <= rule["max_rows"] and (rule["max_features"] is None or n_features <= rule["max_features"])
+    return "brute_force" if few or small else "solving_set"
 
 
 def check_include_self(include_self) -> bool:
@@ -339,9 +349,9 @@ def top_n_outliers(
         all-kNN engine over every pair, then the n largest weights. Both give
         the same outliers and weights. ``"auto"``: brute force on a GPU up to
         65,536 rows (where one search costs less than SolvingSet's
-        iterations), SolvingSet otherwise (see
-        :data:`AUTO_BRUTE_FORCE_MAX_ROWS`); the result's ``method`` says which
-        ran.
+        iterations); on the CPU up to 16,384 rows of at most 32 features, or at
+        any size up to 10 features; SolvingSet otherwise (see
+        :data:`AUTO_BRUTE_FORCE`). The result's ``method`` says which ran.
     n_candidates : int or "auto", default "auto"
         Candidates per SolvingSet iteration (the paper's m = 100). ``"auto"``:
         256 for data of at most 3 features; otherwise 4096 on a GPU and 1024
@@ -393,7 +403,7 @@ def top_n_outliers(
     k_other = effective_k(k, n, include_self)
     n_outliers = check_n_outliers(n_outliers, n)
     dev = resolve_device(device)
-    method = resolve_method(method, dev, n)
+    method = resolve_method(method, dev, n, d)
     budget = working_memory_bytes(working_memory, dev)
     seed = seed_from(random_state)
     m = None

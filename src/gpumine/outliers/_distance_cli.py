@@ -50,7 +50,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("-k", "--k", type=positive_int, default=5, help="neighbours per weight (default 5)")
     p.add_argument("--method", default="auto", choices=["auto", "solving_set", "brute_force"],
                    help="solving_set (prunes most points early, same outliers), brute_force (every point's k "
-                        "nearest neighbours) or auto (the default: brute force on a GPU up to 65,536 rows, "
+                        "nearest neighbours) or auto (the default: brute force on a GPU up to 65,536 rows, on the CPU up to "
+                        "16,384 rows of at most 32 features or at any size up to 10 features, "
                         "solving_set otherwise)")
     p.add_argument("--include-self", action="store_true",
                    help="count each point as its own first neighbour at distance 0, so a weight sums the k-1 nearest "

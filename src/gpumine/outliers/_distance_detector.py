@@ -60,7 +60,7 @@ class DistanceOutlierDetector(HostPickleMixin, OutlierMixin, BaseEstimator):
     neighbours, by SolvingSet or brute force (see
     :func:`gpumine.outliers.top_n_outliers`); they get label -1. The
     solving set is kept as the model that ``predict`` uses: with brute force
-    (``method="auto"`` on a GPU up to 65,536 rows) every training point, so
+    (which ``method="auto"`` runs at sizes that depend on the device) every training point, so
     new points' weights are exact; a SolvingSet model's weights of new points
     are upper bounds (every point brute force labels an outlier, it labels one
     too), so ``predict`` and ``score_samples`` on new points may differ
@@ -81,7 +81,8 @@ class DistanceOutlierDetector(HostPickleMixin, OutlierMixin, BaseEstimator):
         Both find the same outliers with the same weights. With brute force the
         model is the whole training set (trivially a solving set). ``"auto"``
         picks as :func:`gpumine.outliers.top_n_outliers` does (brute force on
-        a GPU up to 65,536 rows); ``method_`` says which ran.
+        a GPU up to 65,536 rows; on the CPU at few features or small sizes);
+        ``method_`` says which ran.
     n_candidates : int or "auto", default="auto"
         Candidates per SolvingSet iteration (1024 on a GPU, 256 on the CPU).
     include_self : bool, default=False
@@ -224,7 +225,7 @@ class DistanceOutlierDetector(HostPickleMixin, OutlierMixin, BaseEstimator):
             )
         k_other = effective_k(self.n_neighbors, n, include_self, name="n_neighbors")
         n_out = self._resolve_n_outliers(n)
-        method = resolve_method(method, dev, n)
+        method = resolve_method(method, dev, n, Xt.shape[1])
         if method == "solving_set":
             check_solving_set_backend(self.backend, dev, Xt.shape[1], k_other)
         m = check_candidates(self.n_candidates, dev, n, Xt.shape[1], k_other)
