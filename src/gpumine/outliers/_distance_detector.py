@@ -59,12 +59,13 @@ class DistanceOutlierDetector(HostPickleMixin, OutlierMixin, BaseEstimator):
     weight w(p) = sum of the distances from p to its ``n_neighbors`` nearest
     neighbours, by SolvingSet or brute force (see
     :func:`gpumine.outliers.top_n_outliers`); they get label -1. The
-    solving set is kept as the model that ``predict`` uses: with brute force
-    (which ``method="auto"`` runs at sizes that depend on the device) every training point, so
-    new points' weights are exact; a SolvingSet model's weights of new points
-    are upper bounds (every point brute force labels an outlier, it labels one
-    too), so ``predict`` and ``score_samples`` on new points may differ
-    between devices under ``"auto"``. Pin ``method`` for the same model everywhere.
+    solving set is kept as the model that ``predict`` uses. With brute force
+    (which ``method="auto"`` runs at sizes that depend on the device) it is
+    every training point, and new points' weights are exact; a SolvingSet
+    model's weights of new points are upper bounds (it labels an outlier every
+    point brute force labels one). So under ``"auto"``, ``predict`` and
+    ``score_samples`` on new points may differ between devices: pin ``method``
+    for the same model everywhere.
 
     Parameters
     ----------

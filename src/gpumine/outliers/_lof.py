@@ -156,6 +156,8 @@ def _k_distinct_distance(
     # itself; metrics with zero distances between different rows (cosine: parallel
     # vectors) may need more, found by doubling
     want = min(k + 1, n_distinct)
+    # the doubled counts may pass the Triton kernel's: "auto" picks the kernel per search
+    backend = "auto" if backend == "triton" else backend
     while pending.numel():
         found, _ = search_validated(distinct, queries[pending], want, metric, exclude_self=False, device=device,
                                     budget_bytes=budget_bytes, result_device=device, backend=backend, verbose=0)
@@ -191,9 +193,8 @@ def k_distances(
     Returns ``(k_distance, n_zero)``: the float64 k-distances to use in
     reach-distances, and how many points had k-distance 0. With
     ``duplicates="distinct"`` those points get their k-distinct-distance
-    (needs ``ref`` and ``metric``; ``backend`` runs that search: ``"torch"`` or
-    ``"auto"``, never ``"triton"``, whose kernel cannot take every count the
-    search may double to); with ``"sklearn"`` they stay 0.
+    (needs ``ref`` and ``metric``; ``backend`` runs that search); with
+    ``"sklearn"`` they stay 0.
 
     Examples
     --------
@@ -299,9 +300,8 @@ def lof_fit(
     dist, indices = search_validated(X, X, n_neighbors, metric, exclude_self=True, device=device,
                                      budget_bytes=budget_bytes, result_device=device, backend=backend, graphs=replay,
                                      working_memory=working_memory, verbose=verbose)
-    # the distinct-location search may double its count past the Triton kernel's: "auto" picks per search
     fit = lof_from_knn(dist, indices, X, metric, duplicates=duplicates, device=device, budget_bytes=budget_bytes,
-                       backend="auto" if backend == "triton" else backend)
+                       backend=backend)
     if warn:
         warn_duplicates(fit, stacklevel=3)
     return fit

@@ -31,6 +31,7 @@ metrics compute tiles in the canonical form directly.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -242,9 +243,13 @@ class PairSpace:
             return self._batched(fb.shape, lambda s, e: (AT[:, fa[s:e]], self.XT[:, fb[s:e]])).view(b.shape)
         return self._batched(b.shape, lambda s, e: (AT[:, s:e, None], self.XT[:, b[s:e]]))
 
+    def _slice_bytes(self, shape) -> int:
+        """Bytes of feature values one slice of ``shape``'s first dimension gathers."""
+        return 8 * max(1, self.d) * max(1, math.prod(shape[1:]))
+
     def _over_cap(self, shape) -> bool:
         """Whether one slice of ``shape``'s first dimension gathers more than :data:`_CANONICAL_BATCH_BYTES`."""
-        return len(shape) > 1 and 8 * max(1, self.d) * math.prod(shape[1:]) > _CANONICAL_BATCH_BYTES
+        return len(shape) > 1 and self._slice_bytes(shape) > _CANONICAL_BATCH_BYTES
 
     def __setstate__(self, state):
         # spaces pickled before the feature-major copy existed
@@ -252,17 +257,17 @@ class PairSpace:
         if "XT" not in state:
             self.XT = self.X.T.contiguous()
 
-    @property
+    @functools.cached_property
     def columns(self) -> tuple:
-        """The features as contiguous columns (views of :attr:`XT`): a feature's gathers read contiguously."""
+        """The features as contiguous columns (views of :attr:`XT`, made once): a feature's gathers read
+        contiguously."""
         return self.XT.unbind(0)
 
     def _batched(self, shape, operands) -> torch.Tensor:
         """Canonical scores over the broadcast ``shape`` with every feature at once (few launches),
         in slices of its first dimension that gather at most :data:`_CANONICAL_BATCH_BYTES`.
         ``operands(start, end)`` gives a slice's two feature-major operands, (d, ...) each."""
-        per_row = 8 * max(1, self.d) * max(1, math.prod(shape[1:]))
-        step = max(1, _CANONICAL_BATCH_BYTES // per_row)
+        step = max(1, _CANONICAL_BATCH_BYTES // self._slice_bytes(shape))
         if shape[0] <= step:
             return self._reduce(*operands(0, shape[0])).expand(shape)
         out = torch.empty(shape, dtype=torch.float64, device=self.device)
