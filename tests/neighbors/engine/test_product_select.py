@@ -138,6 +138,33 @@ def test_replayed_graphs_equal_the_eager_path(kinds, monkeypatch):
 
 
 @pytest.mark.gpu
+def test_replayed_graphs_take_the_probed_float32_products_and_drop_them_where_rows_stay_open(monkeypatch):
+    """A captured product search takes the float32 products its probe chose on the capture's data; a replay
+    whose data leaves many rows to rescan (a duplicate block) is exact all the same and sends the shape the
+    eager way."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    from gpumine.neighbors.engine import _graphs
+
+    _graphs.clear_search_graphs()
+    monkeypatch.setattr(_product_select, "FLOAT32_PROBE_MIN_PAIRS", 0)  # small shapes probe too
+    rng = np.random.default_rng(5)
+    try:
+        for call, kind in enumerate(["float", "float", "float", "duplicates", "float"]):
+            X = _wide(kind, 900, 40, rng)
+            got = kneighbors(X, k=7, device="cuda")
+            want = kneighbors(X, k=7, device="cpu")
+            np.testing.assert_array_equal(got[1], want[1])
+            np.testing.assert_array_equal(got[0], want[0])
+            products = [entry.products for key, entry in _graphs._graphs.items() if key[-1] == "product"]
+            if call == 2:  # captured on the second call, replayed on the third
+                assert len(products) == 1 and (products[0].get("split") or products[0].get("rounded"))
+        assert not any(key[-1] == "product" for key in _graphs._graphs)
+    finally:
+        _graphs.clear_search_graphs()
+
+
+@pytest.mark.gpu
 def test_larger_searches_come_here_only_with_exact_products(monkeypatch):
     """Past PRODUCT_SELECT_MAX_PAIRS pairs integer data runs here (equal to the path it would take otherwise);
     continuous data goes on to the fused-or-dense choice."""

@@ -86,3 +86,14 @@ def test_block_scores_are_within_their_slack_of_the_exact_scores(mode, far):
     exact = L2.exact_scores(query.double(), ref.double()[None])
     error = (S.double() + offset[:, None] - exact).abs()
     assert (error <= slack[:, None]).all()
+
+
+@pytest.mark.parametrize("side", ["query", "ref"])
+@pytest.mark.parametrize("m", [1, 8, 11, 129])
+def test_padded_parts_are_the_joined_parts_then_zero_columns(side, m):
+    from gpumine.core.tiles import padded_columns
+
+    X = _awkward(5, m, 3, scale=7.0)
+    padded = split_rows(X, side, padded=True)
+    assert torch.equal(padded, padded_columns(split_rows(X, side)))
+    assert padded.shape[1] % 8 == 0 and (padded[:, 3 * m :] == 0).all()

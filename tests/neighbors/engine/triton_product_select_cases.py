@@ -55,10 +55,13 @@ def _operands(X, Y, tile_dtype, k, exclude_self=False):
     return S, offset.double(), slack, exact, _rel(dtype, X.shape[1]), _rel(torch.float64, X.shape[1])
 
 
-def _check(X, Y, k, tile_dtype=torch.float32, exclude_self=False, self_offset=0, **shape):
+def _check(X, Y, k, tile_dtype=torch.float32, exclude_self=False, self_offset=0, views=False, **shape):
     S, offset, slack, exact, rel_tile, rel64 = _operands(X, Y, tile_dtype, k)
-    QT = torch.tensor(X.T.copy(), device=DEVICE)
-    RT = torch.tensor(Y.T.copy(), device=DEVICE)
+    if views:  # the row-major data read in place
+        QT, RT = torch.tensor(X, device=DEVICE).T, torch.tensor(Y, device=DEVICE).T
+    else:
+        QT = torch.tensor(X.T.copy(), device=DEVICE)
+        RT = torch.tensor(Y.T.copy(), device=DEVICE)
     kw = dict(exact=exact, rel_tile=rel_tile, rel64=rel64, exclude_self=exclude_self, self_offset=self_offset)
     stats = {}
     scores, index = product_select(S, offset, slack, QT, RT, k, **kw, **shape, stats=stats)
@@ -121,6 +124,28 @@ def test_references_split_over_programs_then_merged(kind, k, tile_dtype, splits)
     _check(Y[:3], Y[:20], 9, tile_dtype, block_n=16, splits=splits)  # fewer tiles than splits
 
 
+@pytest.mark.parametrize("kind, tile_dtype", [("float", torch.float32), ("duplicates", torch.float64)])
+def test_first_pass_reads_of_several_tiles_give_the_same_lists(kind, tile_dtype):
+    # reads of 4 tiles, walked one tile at a time where a list can take from them: the same lists
+    # and open rows as reads of one tile, in a self-search whose rows start in a split's last read
+    # and wrap, split or not, and in a plain search
+    rng = np.random.default_rng(9)
+    Y = _data(kind, 61 * SCALE + 5, 11, rng)
+    for splits in (1, 2):
+        kw = dict(exclude_self=True, self_offset=len(Y) - 6, block_n=16, splits=splits)
+        assert _check(Y[-6:], Y, 6, tile_dtype, scan_n=64, **kw) == _check(Y[-6:], Y, 6, tile_dtype, scan_n=16, **kw)
+    _check(Y[:3], Y, 3, tile_dtype, block_n=16, scan_n=32)
+
+
+@pytest.mark.parametrize("kind", ["float", "duplicates"])
+def test_row_major_data_read_in_place(kind):
+    # the finish's and the rescans' gathers through a view's strides: the same lists and open rows
+    rng = np.random.default_rng(10)
+    Y = _data(kind, 29 * SCALE + 3, 13, rng)
+    kw = dict(exclude_self=True, self_offset=4, block_n=16)
+    assert _check(Y[4:15], Y, 5, torch.float32, views=True, **kw) == _check(Y[4:15], Y, 5, torch.float32, **kw)
+
+
 def test_rows_holding_every_reference_are_final_without_a_rescan():
     rng = np.random.default_rng(5)
     Y = _data("float", 10, 40, rng)  # fewer references than the 16 candidates kept for k = 5
@@ -141,6 +166,8 @@ def test_argument_errors():
         product_select(S, zeros, zeros, QT, RT[:, :3], 2, **kw)
     with pytest.raises(ValueError, match="splits must be at least 1"):
         product_select(S, zeros, zeros, QT, RT, 2, splits=0, **kw)
+    with pytest.raises(ValueError, match="scan_n must be a power of two"):
+        product_select(S, zeros, zeros, QT, RT, 2, block_n=16, scan_n=48, **kw)
 
 
 @pytest.mark.parametrize("kind", ["float", "grid", "far"])
@@ -183,7 +210,7 @@ def test_float32_probe_keeps_float32_products_only_where_they_certify(monkeypatc
     from gpumine.neighbors.engine import _product_select
     from gpumine.neighbors.engine._dense import DenseReferences
 
-    monkeypatch.setattr(_product_select, "_probes_float32", lambda *shape: True)
+    monkeypatch.setattr(_product_select, "probes_float32", lambda *shape: True)
     monkeypatch.setattr(_product_select, "FLOAT32_PROBE_ROWS", 9)
     rng = np.random.default_rng(8)
     for data, certifies in ((_data("float", 24 * SCALE, 9, rng), True), (_outlier_data(24 * SCALE, 9, rng), False)):
@@ -230,7 +257,7 @@ def test_without_rescan_open_rows_are_counted_and_certified_rows_final():
 def test_rounded_float64_products_where_split_ones_leave_rows_open(monkeypatch):
     from gpumine.neighbors.engine import _product_select
 
-    monkeypatch.setattr(_product_select, "_probes_float32", lambda *shape: True)
+    monkeypatch.setattr(_product_select, "probes_float32", lambda *shape: True)
     monkeypatch.setattr(_product_select, "FLOAT32_PROBE_ROWS", 9)
     rng = np.random.default_rng(9)
     data = rng.standard_normal((24 * SCALE, 9)).astype(np.float32)

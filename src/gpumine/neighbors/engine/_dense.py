@@ -125,8 +125,9 @@ def integer_centre_on_device(ref: torch.Tensor, query: torch.Tensor) -> tuple[to
         return torch.zeros(ref.shape[1], dtype=ref.dtype, device=ref.device), torch.zeros((), dtype=torch.bool,
                                                                                           device=ref.device)
     integral = torch.stack([(X == torch.round(X)).all() for X in arrays]).all()
-    lows = torch.stack([X.amin(0) for X in arrays]).amin(0).double()
-    highs = torch.stack([X.amax(0) for X in arrays]).amax(0).double()
+    ends = [torch.aminmax(X, dim=0) for X in arrays]  # one pass over each array
+    lows = torch.stack([low for low, _ in ends]).amin(0).double()
+    highs = torch.stack([high for _, high in ends]).amax(0).double()
     centre = torch.round((lows + highs) / 2).to(ref.dtype)  # the shift the data gets, as the data's dtype
     reach = torch.maximum(highs - centre.double(), centre.double() - lows)
     return centre, integral & (4.0 * (reach * reach).sum() < _EXACT_INTEGER_LIMIT)
@@ -171,7 +172,7 @@ class DenseReferences:
         wide = ref.to(self.tile_dtype)
         self.centre = centre if self.exact else metric.centre(wide)
         prepared = metric.prepare(wide, self.centre, "ref")
-        self.rows = padded_columns(split_rows(prepared["rows"], "ref") if split else prepared["rows"])
+        self.rows = split_rows(prepared["rows"], "ref", padded=True) if split else padded_columns(prepared["rows"])
         self.scale = metric.ref_scale(prepared)
         self.source = _FeatureSource(ref, metric, self.d)
 
@@ -207,7 +208,7 @@ def block_scores(refs: DenseReferences, Q: torch.Tensor) -> tuple[torch.Tensor, 
     metric, d = refs.metric, refs.d
     Qp = metric.prepare(Q.to(refs.tile_dtype), refs.centre, "query")
     if refs.split:
-        S = split_product(padded_columns(split_rows(Qp["rows"], "query")), refs.rows)
+        S = split_product(split_rows(Qp["rows"], "query", padded=True), refs.rows)
     elif refs.rounded:
         product = row_product if Q.is_cuda and row_product_available() else row_product_torch
         S = product(padded_columns(Qp["rows"]), refs.rows, out_dtype=torch.float32)

@@ -42,8 +42,9 @@ from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range
 from . import _dense
 from ._dense import (DenseReferences, candidates_for, dense_by_size, dense_eligible, integer_centre, integer_centre_on_device,
                      tile_dtype_for)
-from ._exact_select import exact_select_first, exact_select_supports, feature_major
-from ._product_select import product_select_first, product_select_supports, select_block
+from ._exact_select import exact_select_first, exact_select_supports
+from ._product_select import (FLOAT32_PROBE_MAX_OPEN, float32_products, gather_layout, probes_float32, product_select_first,
+                              product_select_supports, select_block)
 from ._magnitude import smallest_nonzero_magnitude
 
 __all__ = ["search_with_graph", "clear_search_graphs", "GRAPH_SEARCHES"]
@@ -180,8 +181,10 @@ class _CapturedDense(_CapturedSearch):
     """
 
     def __init__(self, ref_shape, query_shape, k: int, metric: Metric, exclude_self: bool, to_host: bool, device, exact: bool,
-                 product: bool = False):
+                 product: bool = False, products: dict | None = None):
         self.metric, self.k, self.exact, self.device, self.product = metric, k, exact, device, product
+        # the product selection's float32 products (DenseReferences' keywords), chosen by a probe at capture
+        self.products = products or {}
         self.unsuited = False
         sp = _DenseCapturePlan(device)
         super().__init__(sp, ref_shape, query_shape, k, exclude_self, to_host)
@@ -199,12 +202,15 @@ class _CapturedDense(_CapturedSearch):
             centre, qualifies = integer_centre_on_device(self.ref_in, query)
         else:
             centre, qualifies = None, torch.ones((), dtype=torch.bool, device=self.device)
-        refs = DenseReferences(self.ref_in, self.k, self.metric, exclude_self=self.exclude_self,
-                               tile_dtype=tile_dtype_for(self.device), centre=centre)
-        if self.product:  # the product-selection kernel's lists are final: no open rows
-            RT, QT = feature_major(self.ref_in, query)
-            keys, index = select_block(refs, query, QT, RT, 0)
-            block, open_rows = None, torch.zeros((), dtype=torch.int64, device=self.device)
+        kind = dict(tile_dtype=tile_dtype_for(self.device))
+        if not self.exact:
+            kind.update(self.products)
+        refs = DenseReferences(self.ref_in, self.k, self.metric, exclude_self=self.exclude_self, centre=centre, **kind)
+        if self.product:  # the product-selection kernel's lists are final; open rows only count (see run)
+            RT, QT = gather_layout(self.ref_in, query)
+            counted = {}
+            keys, index = select_block(refs, query, QT, RT, 0, counted)
+            block, open_rows = None, counted["rows_rescanned"].reshape(())
         else:
             block = _dense.first_pass(refs, query, 0)
             open_rows = (~block.certified).sum()
@@ -235,7 +241,11 @@ class _CapturedDense(_CapturedSearch):
             return None
         if _range_plan(self.ref_in, self.query, float(np.abs(extremes).max()), tiniest) != (torch.float32, None):
             return None  # data to scale: this call goes the eager way
-        if open_rows:
+        if self.product:
+            # the lists are final; float32 products that left many rows to rescan (data unlike the
+            # capture's) send later searches of this shape the eager way, which probes its data
+            self.unsuited = bool(self.products) and open_rows > FLOAT32_PROBE_MAX_OPEN * self.scores.shape[0]
+        elif open_rows:
             _dense.settle(self.refs, self.block, working_memory_bytes(working_memory, self.device))
             return self.block.keys[:, : self.k].to(device=result_device, dtype=torch.float32), \
                 self.block.index[:, : self.k].to(result_device, copy=True)
@@ -265,7 +275,7 @@ def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision
         available = ref.shape[0] - (1 if exclude_self else 0)
         item = 8 if tile_dtype_for(device) == torch.float64 else 4
         # one block: every score row and the candidates' re-score temporaries within the budget
-        if product:  # the scores, the prepared rows and the feature-major copies
+        if product:  # the scores, the prepared rows and the data (float64 scores: the largest products)
             block_bytes = (query.shape[0] * (ref.shape[0] * item + (ref.shape[1] + 8) * 8)
                            + 4 * (ref.numel() + (0 if exclude_self else query.numel())))
         else:
@@ -278,15 +288,19 @@ def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision
                 _remember(_seen, key)
                 return None
         on_device_ref = ref.to(device)
-        exact = integer_centre(on_device_ref, on_device_ref if exclude_self else query.to(device)) is not None
-        entry = _CapturedDense(ref.shape, query.shape, k, metric, exclude_self, to_host, device, exact, product)
+        on_device_query = on_device_ref if exclude_self else query.to(device)
+        exact = integer_centre(on_device_ref, on_device_query) is not None
+        products = None
+        if product and not exact and probes_float32(query.shape[0], ref.shape[0], device):
+            products = float32_products(on_device_ref, on_device_query, k, metric, exclude_self)
+        entry = _CapturedDense(ref.shape, query.shape, k, metric, exclude_self, to_host, device, exact, product, products)
         if not _capture_and_keep(key, entry, ref, query):
             return None
     with entry.lock:
         found = entry.run(ref, query, result_device, working_memory=working_memory)
+        if entry.unsuited:
+            _forget(key)
         if found is None:
-            if entry.unsuited:
-                _forget(key)
             return None
         scores = finish_scores(found[0], metric, as_distance, None)
         if scores is entry.host_scores:  # no new tensor (scores wanted, or a metric's distances are its scores)

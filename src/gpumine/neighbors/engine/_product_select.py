@@ -64,6 +64,10 @@ PRODUCT_SELECT_INTEGRAL_MAX_PAIRS = 1 << 36
 # _VERDICTS: references copied to the device for each search are new tensors each time); the results
 # are the same bit for bit whatever it finds. False: no probe (same-run A/B timings).
 FLOAT32_PROBE = True
+# True: the selection gathers a candidate's features from the row-major data in place (contiguous
+# per candidate, no feature-major copy of the references); False: from feature-major copies
+# (consecutive candidates side by side, as a rescan reads them). Same results either way.
+ROW_MAJOR_GATHERS = True
 FLOAT32_PROBE_MIN_PAIRS = 1 << 28
 FLOAT32_PROBE_ROWS = 256
 FLOAT32_PROBE_MAX_OPEN = 1 / 8
@@ -118,9 +122,9 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
     if ref.dtype == torch.float64:
         tile_dtype = torch.float64  # as dense_search: rounding float64 data first is outside the bound
     centre = integer_centre(ref, query)
-    RT, QT = feature_major(ref, query)
+    RT, QT = gather_layout(ref, query)
     refs = None
-    if tile_dtype is None and centre is None and _probes_float32(n_query, n_ref, device):
+    if tile_dtype is None and centre is None and probes_float32(n_query, n_ref, device):
         refs = _float32_references(ref, query, RT, k, metric, exclude_self, stats)
     if refs is None:
         refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=tile_dtype or tile_dtype_for(device),
@@ -203,7 +207,27 @@ def _float32_references(ref, query, RT, k, metric, exclude_self, stats) -> Dense
     return None
 
 
-def _probes_float32(n_query: int, n_ref: int, device: torch.device) -> bool:
+def gather_layout(ref: torch.Tensor, query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(RT, QT)``, the feature-major (d, n) operands the selection gathers features from: views of
+    the row-major data (``ROW_MAJOR_GATHERS``), else contiguous copies."""
+    if ROW_MAJOR_GATHERS:
+        return ref.T, query.T
+    return feature_major(ref, query)
+
+
+def float32_products(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, exclude_self: bool) -> dict | None:
+    """:class:`DenseReferences`' keywords for the float32 products the probe takes for this search, or None (float64).
+
+    For a search decided once and run again on other data of its shape (a
+    captured graph): the lists stay exact whatever the products, and the count
+    of rows they leave to rescan tells when to decide again.
+    """
+    RT, _ = gather_layout(ref, query)
+    refs = _float32_references(ref, query, RT, k, metric, exclude_self, None)
+    return None if refs is None else dict(tile_dtype=refs.tile_dtype, split=refs.split, rounded=refs.rounded)
+
+
+def probes_float32(n_query: int, n_ref: int, device: torch.device) -> bool:
     """Whether a search of float32 data with float64 products by default tries float32 ones first (see ``FLOAT32_PROBE``)."""
     return (FLOAT32_PROBE and n_query * n_ref >= FLOAT32_PROBE_MIN_PAIRS and tile_dtype_for(device) == torch.float64
             and not _matmul_rounds_operands(device))
@@ -226,7 +250,7 @@ def float32_certifies(refs: DenseReferences, query: torch.Tensor, RT: torch.Tens
     k = min(refs.k + (1 if refs.exclude_self else 0), PRODUCT_SELECT_MAX_K, n_ref)
     S, offset, slack = block_scores(refs, sample)
     counted: dict = {}
-    product_select(S, offset, slack, sample.T.contiguous(), RT, k, exact=False, rel_tile=_rel(refs.tile_dtype, refs.d),
+    product_select(S, offset, slack, gather_layout(sample, sample)[1], RT, k, exact=False, rel_tile=_rel(refs.tile_dtype, refs.d),
                    rel64=_rel(torch.float64, refs.d), rescan=False, stats=counted)
     # float32 scores stay finite while squared norms do (the search's magnitude window keeps them
     # far inside; a direct caller's data beyond it keeps float64 scores)

@@ -30,7 +30,8 @@ and runs steps 2 and 3.
 ``EXACT``: the tile scores plus the offset are the exact scores (integer data
 centred on an integer, see :func:`._dense.integer_centre`): step 1 is the result.
 
-Bound: one read of the block's scores and ``KEEP`` exact scores per row; a
+Bound: one read of the block's scores (a read tile that can enter a list is
+walked again, from cache where it still is) and ``KEEP`` exact scores per row; a
 second read for the open rows, with at most one float64 exact score per pair
 (reached only where every lane stays within reach: all points equal, say). No
 host wait, retry or radius pass: the kept lists are final.
@@ -58,7 +59,7 @@ from ...core.tiles import unit_row_stride
 from ._exact_select_kernel import _PLACED_MAX_COMPARISONS, EXACT_SELECT_MAX_K, _multiprocessors, splits_to_fill
 
 __all__ = ["product_select", "product_select_torch", "product_select_available", "PRODUCT_SELECT_MAX_K",
-           "default_product_blocks", "default_product_splits", "default_finish_apart", "kept_candidates"]
+           "default_product_blocks", "default_scan_columns", "default_product_splits", "default_finish_apart", "kept_candidates"]
 
 # per-query lists live in registers (C = the power of two at or above k)
 PRODUCT_SELECT_MAX_K = EXACT_SELECT_MAX_K
@@ -79,6 +80,10 @@ SPLIT_MIN_TILES = 16
 # occupancy (campaign, ALOI); False: one launch (same-run A/B timings)
 FINISH_APART = True
 FINISH_APART_PROGRAMS = 64
+# columns of one first-pass read: a one-warp program reading BLOCK_N columns at a time had too few
+# bytes in flight to keep memory busy; a tile is walked BLOCK_N columns at a time only where its
+# least score can enter a list
+SCAN_COLUMNS = 256
 
 
 def product_select_available() -> bool:
@@ -90,21 +95,25 @@ if triton is not None:
     from ._exact_select_kernel import _higher, _insert, _places
 
     @triton.jit
-    def _exact64(QT, RT, rows, ids, row_ok, ref_ok, D, stride_q_feat, stride_r_feat, CHUNK: tl.constexpr,
-                 WIDE: tl.constexpr):
+    def _exact64(QT, RT, rows, ids, row_ok, ref_ok, D, stride_q_feat, stride_q_row, stride_r_feat, stride_r_row,
+                 CHUNK: tl.constexpr, WIDE: tl.constexpr):
         # Metric.exact_scores' order at any d: chunks of CHUNK features, each summed left to right
         # from zero (0 + t is t), chunk sums added left to right; features past D add +0.0, which
         # leaves a non-negative sum as it is. `ids` (one per row and lane) are the references
         # scored; only those in `ref_ok` are read.
         total = tl.zeros(ids.shape, tl.float64)
+        if WIDE:
+            ids = ids.to(tl.int64)
         for c0 in range(0, D, CHUNK):
             part = tl.zeros(ids.shape, tl.float64)
             for j in tl.static_range(CHUNK):
                 f = c0 + j
                 if WIDE:
                     f = f.to(tl.int64)
-                q = tl.load(QT + f * stride_q_feat + rows, mask=row_ok & ((rows * 0 + f) < D), other=0.0).to(tl.float64)
-                r = tl.load(RT + f * stride_r_feat + ids, mask=ref_ok & ((ids * 0 + f) < D), other=0.0).to(tl.float64)
+                q = tl.load(QT + f * stride_q_feat + rows * stride_q_row, mask=row_ok & ((rows * 0 + f) < D),
+                            other=0.0).to(tl.float64)
+                r = tl.load(RT + f * stride_r_feat + ids * stride_r_row, mask=ref_ok & ((ids * 0 + f) < D),
+                            other=0.0).to(tl.float64)
                 diff = q[:, None] - r
                 part = part + diff * diff
             total = total + part
@@ -114,13 +123,13 @@ if triton is not None:
     def _product_select_kernel(
         S, OFFSET, SLACK, MARGINS, QT, RT, OUT_SCORE, OUT_INDEX, OPEN_ROWS, CAND_SCORE, CAND_ID,
         n_query, n_ref, self_offset, K, D, tiles_per_split, n_split,
-        stride_s, stride_q_feat, stride_r_feat, stride_out,
+        stride_s, stride_q_feat, stride_q_row, stride_r_feat, stride_r_row, stride_out,
         CHUNK: tl.constexpr, EXACT: tl.constexpr, EXCLUDE_SELF: tl.constexpr, C: tl.constexpr, KEEP: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr, PLACED: tl.constexpr, START_AT_OWN: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCAN_N: tl.constexpr, WIDE: tl.constexpr, PLACED: tl.constexpr, START_AT_OWN: tl.constexpr,
         STAGE: tl.constexpr, RESCAN: tl.constexpr,
     ):
         # STAGE 0: the whole search of a row in one program. STAGE 1: program (row block, split)
-        # keeps the KEEP best of its split's tiles (columns split * tiles_per_split * BLOCK_N, ...)
+        # keeps the KEEP best of its split's tiles (columns split * tiles_per_split * SCAN_N, ...)
         # in CAND_*; STAGE 2 merges a row's lists and goes on from step 2. The merged list is the
         # row's KEEP best: each list holds its split's KEEP best.
         pid_m = tl.program_id(0)
@@ -143,36 +152,51 @@ if triton is not None:
                 part_id = tl.load(CAND_ID + lists + part * KEEP, mask=row_ok[:, None], other=-1)
                 near, near_id, far, far_id = _insert(near, near_id, far, far_id, part_score, part_id)
         else:
-            # a self-search starts at its own tile (when its split holds it) and wraps around within
-            # its split: where rows sit near their neighbours in index order, the list holds close
-            # candidates early and later tiles rarely insert (every comparison is by (score, id):
-            # the visiting order does not change the lists)
+            # a self-search starts at its own scan tile (when its split holds it) and wraps around
+            # within its split: where rows sit near their neighbours in index order, the list holds
+            # close candidates early and later tiles rarely insert (every comparison is by (score,
+            # id): the visiting order does not change the lists). A scan tile is SCAN_N columns, read
+            # in one load so that enough bytes are in flight to keep memory busy; only a tile whose
+            # least score can enter a row's list is walked again, BLOCK_N columns at a time (from
+            # cache), by the insertion step.
             first_tile = tl.program_id(1) * tiles_per_split
-            n_tiles = tl.minimum(tiles_per_split, tl.cdiv(n_ref, BLOCK_N) - first_tile)
+            n_tiles = tl.minimum(tiles_per_split, tl.cdiv(n_ref, SCAN_N) - first_tile)
             tile0 = first_tile
             if EXCLUDE_SELF and START_AT_OWN:
-                own_tile = (pid_m * BLOCK_M + self_offset) // BLOCK_N
+                own_tile = (pid_m * BLOCK_M + self_offset) // SCAN_N
                 tile0 = tl.where((own_tile >= first_tile) & (own_tile < first_tile + n_tiles), own_tile, first_tile)
+            scan_lanes = tl.arange(0, SCAN_N)
             # each step loads the next tile before working on this one: the scan waits on memory
             # once, not once per tile
-            cols = tile0 * BLOCK_N + lanes
+            tile = tile0
+            cols = tile * SCAN_N + scan_lanes
             valid = row_ok[:, None] & (cols < n_ref)[None, :]
             if EXCLUDE_SELF:
                 valid = valid & (cols[None, :] != own[:, None])
-            s = tl.load(S + rows[:, None] * stride_s + cols[None, :], mask=valid, other=0.0)
+            s = tl.load(S + rows[:, None] * stride_s + cols[None, :], mask=valid, other=float("inf"))
             for t in range(0, n_tiles):
-                tile = tile0 + t + 1
-                tile = tl.where(tile >= first_tile + n_tiles, tile - n_tiles, tile)
-                next_cols = tile * BLOCK_N + lanes
-                next_valid = row_ok[:, None] & ((next_cols < n_ref) & ((lanes * 0 + t + 1) < n_tiles))[None, :]
+                next_tile = tile0 + t + 1
+                next_tile = tl.where(next_tile >= first_tile + n_tiles, next_tile - n_tiles, next_tile)
+                next_cols = next_tile * SCAN_N + scan_lanes
+                next_valid = row_ok[:, None] & ((next_cols < n_ref) & ((scan_lanes * 0 + t + 1) < n_tiles))[None, :]
                 if EXCLUDE_SELF:
                     next_valid = next_valid & (next_cols[None, :] != own[:, None])
-                next_s = tl.load(S + rows[:, None] * stride_s + next_cols[None, :], mask=next_valid, other=0.0)
-                approx = tl.where(valid, s.to(tl.float64) + offset[:, None], float("inf"))
-                if tl.max((tl.min(approx, 1) <= far).to(tl.int32), 0) > 0:
-                    id_grid = cols.to(tl.int32)[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
-                    near, near_id, far, far_id = _insert(near, near_id, far, far_id, approx, id_grid)
-                cols, valid, s = next_cols, next_valid, next_s
+                next_s = tl.load(S + rows[:, None] * stride_s + next_cols[None, :], mask=next_valid, other=float("inf"))
+                # adding a row's offset (rounded) keeps the order of its scores, so the tile's least
+                # approximate score is its least score plus the offset
+                least = tl.min(s, 1).to(tl.float64) + offset
+                if tl.max((least <= far).to(tl.int32), 0) > 0:
+                    for part in range(0, SCAN_N // BLOCK_N):
+                        part_cols = tile * SCAN_N + part * BLOCK_N + lanes
+                        part_valid = row_ok[:, None] & (part_cols < n_ref)[None, :]
+                        if EXCLUDE_SELF:
+                            part_valid = part_valid & (part_cols[None, :] != own[:, None])
+                        part_s = tl.load(S + rows[:, None] * stride_s + part_cols[None, :], mask=part_valid, other=0.0)
+                        approx = tl.where(part_valid, part_s.to(tl.float64) + offset[:, None], float("inf"))
+                        if tl.max((tl.min(approx, 1) <= far).to(tl.int32), 0) > 0:
+                            id_grid = part_cols.to(tl.int32)[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
+                            near, near_id, far, far_id = _insert(near, near_id, far, far_id, approx, id_grid)
+                tile, s = next_tile, next_s
         if STAGE == 1:
             lists = rows[:, None] * (n_split * KEEP) + tl.program_id(1) * KEEP + keep_slots[None, :]
             tl.store(CAND_SCORE + lists, near, mask=row_ok[:, None])
@@ -183,7 +207,8 @@ if triton is not None:
             if EXACT:  # the tile scores plus the offset are the exact scores
                 exact = near
             else:
-                exact = _exact64(QT, RT, rows, near_id, row_ok, member, D, stride_q_feat, stride_r_feat, CHUNK, WIDE)
+                exact = _exact64(QT, RT, rows, near_id, row_ok, member, D, stride_q_feat, stride_q_row, stride_r_feat,
+                                 stride_r_row, CHUNK, WIDE)
                 exact = tl.where(member, exact, float("inf"))
             slots = tl.arange(0, C)
             best = tl.where(slots[None, :] < K, float("inf"), float("-inf")) + tl.zeros((BLOCK_M, C), tl.float64)
@@ -223,7 +248,8 @@ if triton is not None:
                         if tl.max(tl.max(maybe.to(tl.int32), 1), 0) > 0:
                             # the lanes any of the block's rows needs
                             need = (tl.max(maybe.to(tl.int32), 0) > 0)[None, :] & row_ok[:, None]
-                            acc = _exact64(QT, RT, rows, ids, row_ok, need, D, stride_q_feat, stride_r_feat, CHUNK, WIDE)
+                            acc = _exact64(QT, RT, rows, ids, row_ok, need, D, stride_q_feat, stride_q_row, stride_r_feat,
+                                           stride_r_row, CHUNK, WIDE)
                             acc = tl.where(maybe, acc, float("inf"))
                             if tl.max((tl.min(acc, 1) <= worst).to(tl.int32), 0) > 0:
                                 best, best_id, worst, worst_id = _insert(best, best_id, worst, worst_id, acc, ids)
@@ -250,6 +276,11 @@ def default_product_blocks(C: int) -> tuple[int, int, int]:
     return (1, 128, 1) if C <= 32 else (1, 128, 2)
 
 
+def default_scan_columns(block_n: int) -> int:
+    """Columns of a first-pass read (``SCAN_COLUMNS``, at least ``block_n``)."""
+    return max(block_n, SCAN_COLUMNS)
+
+
 def default_product_splits(n_query: int, n_ref: int, block_m: int, block_n: int, device: torch.device) -> int:
     """Programs per row in the first pass: one while the rows alone fill the GPU
     (``SPLIT_TARGET_PROGRAMS`` per multiprocessor), else enough splits to fill it, each of at
@@ -268,6 +299,11 @@ def default_finish_apart(n_query: int, block_m: int, device: torch.device) -> bo
 def kept_candidates(k: int) -> int:
     """Candidates a row keeps by its tile scores (a power of two): k and a margin for the certificate."""
     return 1 << (k + max(4, k // 4) - 1).bit_length()
+
+
+def _span(X: torch.Tensor) -> int:
+    """One past the largest element offset of ``X`` (any strides)."""
+    return 1 + sum((n - 1) * abs(st) for n, st in zip(X.shape, X.stride()))
 
 
 def _check(S, offset, slack, QT, RT, k):
@@ -309,7 +345,7 @@ def product_select_torch(S: torch.Tensor, offset: torch.Tensor, slack: torch.Ten
 def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, QT: torch.Tensor, RT: torch.Tensor, k: int, *,
                    exact: bool, rel_tile: float, rel64: float, exclude_self: bool = False, self_offset: int = 0,
                    block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
-                   splits: int | None = None, finish_apart: bool | None = None, rescan: bool = True,
+                   scan_n: int | None = None, splits: int | None = None, finish_apart: bool | None = None, rescan: bool = True,
                    stats: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` nearest references of every query row of ``S`` by (float64 exact score, index), in one or two launches.
 
@@ -320,7 +356,9 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     offset, slack : (n_query,) tensors
         Per row, what completes a tile score and the bound on its error (float64 is best).
     QT, RT : (d, n_query) and (d, n_ref) tensors, feature-major
-        The data whose float64 copies the exact scores are formed from.
+        The data whose float64 copies the exact scores are formed from, any
+        strides: ``X.T`` of row-major data is read in place (its gathers of a
+        row's features are contiguous).
     k : int
         Neighbours per query, 1 to ``PRODUCT_SELECT_MAX_K``.
     exact : bool
@@ -331,6 +369,9 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
         Leave out the pair (query ``i``, reference ``i + self_offset``).
     block_m, block_n, num_warps : int, optional
         Launch shape (default :func:`default_product_blocks`).
+    scan_n : int, optional
+        Columns a program reads at once in its first pass, a power of two at
+        least ``block_n`` (default :func:`default_scan_columns`).
     splits : int, optional
         Programs sharing a row's references in the first pass (default
         :func:`default_product_splits`); with more than one, a second launch merges
@@ -361,8 +402,6 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     if n_query == 0 or n_ref == 0:
         return pad_topk(S.new_empty((n_query, 0), dtype=torch.float64), S.new_empty((n_query, 0), dtype=torch.int64), k)
     S = unit_row_stride(S)
-    QT = unit_row_stride(QT)
-    RT = unit_row_stride(RT)
     offset, slack = offset.to(torch.float64).contiguous(), slack.to(torch.float64).contiguous()
     C = max(2, 1 << (min(k, n_ref) - 1).bit_length())
     keep = kept_candidates(k)
@@ -377,18 +416,21 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     margins = torch.empty(2, dtype=torch.float64, device=S.device)
     margins[0].fill_(float(rel_tile))
     margins[1].fill_(float(rel64))
-    tiles = triton.cdiv(n_ref, bn)
+    scan = scan_n or default_scan_columns(bn)
+    if scan < bn or scan % bn or scan & (scan - 1):
+        raise ValueError(f"scan_n must be a power of two, at least block_n ({bn}); got {scan}")
+    tiles = triton.cdiv(n_ref, scan)
     if splits is None:
         splits = default_product_splits(n_query, n_ref, bm, bn, S.device)
     splits = min(int(splits), _MAX_SPLITS)
     tiles_per_split = triton.cdiv(tiles, min(splits, tiles))
     splits = triton.cdiv(tiles, tiles_per_split)
-    wide = max(S.stride(0) * n_query, QT.stride(0) * d, RT.stride(0) * d, n_query * max(C, keep * splits)) >= _WIDE_FROM
+    wide = max(S.stride(0) * n_query, _span(QT), _span(RT), n_query * max(C, keep * splits)) >= _WIDE_FROM
     args = (S, offset, slack, margins, QT, RT, scores, index, open_rows)
     shape = (n_query, n_ref, self_offset, min(k, C), d, tiles_per_split, splits,
-             S.stride(0), QT.stride(0), RT.stride(0), scores.stride(0))
+             S.stride(0), QT.stride(0), QT.stride(1), RT.stride(0), RT.stride(1), scores.stride(0))
     constants = dict(CHUNK=EXACT_SUM_CHUNK, EXACT=bool(exact), EXCLUDE_SELF=exclude_self, C=C, KEEP=keep, BLOCK_M=bm,
-                     BLOCK_N=bn, WIDE=wide, PLACED=placed, START_AT_OWN=START_AT_OWN, RESCAN=bool(rescan), num_warps=warps,
+                     BLOCK_N=bn, SCAN_N=scan, WIDE=wide, PLACED=placed, START_AT_OWN=START_AT_OWN, RESCAN=bool(rescan), num_warps=warps,
                      enable_fp_fusion=False)
     row_blocks = triton.cdiv(n_query, bm)
     launched = []

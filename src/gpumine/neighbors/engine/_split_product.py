@@ -34,6 +34,7 @@ from __future__ import annotations
 import torch
 
 from ...core.distance import tf32_product
+from ...core.tiles import PRODUCT_ROW_BYTES
 
 __all__ = ["SPLIT_ROUNDOFF", "SPLIT_SUM_ROUNDING", "SPLIT_FLUSHED", "split_rows", "split_product", "split_terms"]
 
@@ -48,20 +49,31 @@ SPLIT_FLUSHED = 2.0**-126
 _TF32_DROPPED_BITS = (1 << 13) - 1
 
 
-def _leading(X: torch.Tensor) -> torch.Tensor:
-    """``X`` with the mantissa bits TF32 ignores cleared (exact in TF32)."""
-    return (X.view(torch.int32) & ~_TF32_DROPPED_BITS).view(torch.float32)
+def split_rows(rows: torch.Tensor, side: str, padded: bool = False) -> torch.Tensor:
+    """Float32 ``rows`` (n, m) as (n, 3m): ``[hi, hi, lo]`` for ``side="query"``, ``[hi, lo, hi]`` for ``"ref"``.
 
-
-def split_rows(rows: torch.Tensor, side: str) -> torch.Tensor:
-    """Float32 ``rows`` (n, m) as (n, 3m): ``[hi, hi, lo]`` for ``side="query"``, ``[hi, lo, hi]`` for ``"ref"``."""
+    ``padded``: zero columns appended as :func:`gpumine.core.tiles.padded_columns` appends them,
+    the parts written into that buffer directly (no copy of the joined rows).
+    """
     if rows.dtype != torch.float32 or rows.dim() != 2:
         raise ValueError(f"split_rows takes a float32 matrix; got {rows.dtype} {tuple(rows.shape)}")
     if side not in ("query", "ref"):
         raise ValueError(f"side must be 'query' or 'ref'; got {side!r}")
-    hi = _leading(rows.contiguous())
-    lo = _leading(rows - hi)
-    return torch.cat([hi, hi, lo] if side == "query" else [hi, lo, hi], dim=1)
+    rows = rows.contiguous()
+    n, m = rows.shape
+    width = 3 * m
+    if padded:
+        width += -width % max(1, PRODUCT_ROW_BYTES // rows.element_size())
+    out = torch.empty((n, width), dtype=torch.float32, device=rows.device)
+    hi, lo, other_hi = (out[:, :m], out[:, 2 * m : 3 * m], out[:, m : 2 * m]) if side == "query" else (
+        out[:, :m], out[:, m : 2 * m], out[:, 2 * m : 3 * m])
+    # hi: the leading bits; lo: what is left (exact in float32), its trailing bits cleared the same way
+    torch.bitwise_and(rows.view(torch.int32), ~_TF32_DROPPED_BITS, out=hi.view(torch.int32))
+    torch.sub(rows, hi, out=lo)
+    lo.view(torch.int32).bitwise_and_(~_TF32_DROPPED_BITS)
+    other_hi.copy_(hi)
+    out[:, 3 * m :].zero_()
+    return out
 
 
 def split_terms(m: int) -> int:
