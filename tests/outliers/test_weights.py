@@ -41,8 +41,12 @@ def test_batched_and_by_feature_forms_agree_bit_for_bit(metric, p, d, batch_byte
     lists = torch.tensor(rng.integers(0, 65, size=(17, 6)))
     cases = [(rows[:, None], cols[None, :]), (rows[:17, None], lists), (rows[:5], cols[:5]), (rows[:1, None], cols[None, :]),
              (torch.tensor(3), torch.tensor(9)), (rows[:0, None], cols[None, :])]
-    by_feature = [space.canonical(a, b) for a, b in cases]  # the CPU form
+    monkeypatch.setattr(_weights, "_SMALL_BATCHED_BYTES", 0)  # the CPU's form for large batches
+    by_feature = [space.canonical(a, b) for a, b in cases]
     external = space.canonical_to_rows(torch.tensor(X[:17]), lists)
+    monkeypatch.setattr(_weights, "_SMALL_BATCHED_BYTES", 1 << 22)
+    small = [space.canonical(a, b) for a, b in cases]  # the CPU's form for small batches
+    assert all(got.shape == want.shape and torch.equal(got, want) for got, want in zip(small, by_feature))
     monkeypatch.setattr(_weights, "_CANONICAL_BATCH_BYTES", batch_bytes)
     monkeypatch.setattr(_weights, "_BATCHED_DEVICE_TYPES", ("cuda", "cpu"))  # the GPU form, on the CPU
     for (a, b), want in zip(cases, by_feature):
@@ -75,3 +79,13 @@ def test_old_pickles_get_their_feature_major_copy():
     again = pickle.loads(pickle.dumps(old))
     idx = torch.arange(30)
     assert torch.equal(again.canonical(idx[:, None], idx[None, :]), space.canonical(idx[:, None], idx[None, :]))
+
+
+def test_cpu_batches_take_every_feature_at_once_only_when_small_and_batch_invariant():
+    X = torch.tensor(np.random.default_rng(1).normal(size=(30, 8)))
+    space = PairSpace(X, resolve_metric("euclidean"), tiles=False)
+    assert space._batched_here((30, 5))
+    assert not space._batched_here((1 << 14, 1 << 6))  # 8 features x 2^20 pairs: feature by feature
+    # non-integer powers round by their place in a vector on the CPU: one form for every batch
+    assert not PairSpace(X, resolve_metric("minkowski", 1.5), tiles=False)._batched_here((30, 5))
+    assert PairSpace(X, resolve_metric("minkowski", 3.0), tiles=False)._batched_here((30, 5))

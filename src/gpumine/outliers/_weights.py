@@ -8,11 +8,11 @@ the terms added by a fixed pairwise tree over the features in column order
 reduction kernel whose order depends on the shape of the batch. So the same
 pair always gets bit-for-bit the same value, whichever algorithm (brute force
 or solving set), tile, batch or device computed it, and weights of the same
-neighbour multiset are identical. On a GPU a batch of pairs takes a few
-launches per tree level (:func:`_tree_over_rows`); on the CPU the terms are
-made feature by feature from contiguous columns and added as they come by a
-running binary counter (:func:`_running_tree`), which builds the same tree in
-O(log d) memory.
+neighbour multiset are identical. On a GPU, and for small batches on the CPU,
+a batch of pairs takes a few operations per tree level (:func:`_tree_over_rows`);
+larger CPU batches make the terms feature by feature from contiguous columns and
+add them as they come by a running binary counter (:func:`_running_tree`), which
+builds the same tree in O(log d) memory.
 
 A weight is the sum of the k smallest distances, added in ascending order by a
 fixed pairwise tree (:func:`tree_sum`). Rounding is monotone, so the tree sum of
@@ -50,6 +50,10 @@ _CANONICAL_BATCH_BYTES = 1 << 26
 #: Device types whose canonical pairs take every feature at once (:meth:`PairSpace._batched`); the
 #: others go feature by feature (:meth:`PairSpace._by_feature`). Both give the same bits.
 _BATCHED_DEVICE_TYPES = ("cuda",)
+#: Elsewhere (the CPU), batches of at most this many bytes of feature values take every feature at
+#: once too: a few operations in all instead of a few per feature, which is what small searches pay
+#: for; larger ones go feature by feature (contiguous columns, O(log d) partial sums held).
+_SMALL_BATCHED_BYTES = 1 << 22
 
 
 def resolve_metric(metric: str = "euclidean", p: float | None = None) -> Metric:
@@ -216,10 +220,10 @@ class PairSpace:
     # -- the canonical per-pair form ------------------------------------------------
     def canonical(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Canonical scores of the pairs (a, b): integer index tensors that broadcast together."""
-        if self.device.type not in _BATCHED_DEVICE_TYPES:
+        shape = torch.broadcast_shapes(a.shape, b.shape)
+        if not self._batched_here(shape):
             cols = self.columns
             return self._by_feature(lambda j: cols[j][a], lambda j: cols[j][b])
-        shape = torch.broadcast_shapes(a.shape, b.shape)
         if not shape:
             return self.canonical(a.reshape(1), b.reshape(1)).reshape(())
         a = a.reshape((1,) * (len(shape) - a.dim()) + tuple(a.shape))
@@ -233,7 +237,7 @@ class PairSpace:
     def canonical_to_rows(self, A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Canonical scores of external rows ``A`` (q, d) against the points ``b`` (q, c) indices."""
         A = A.to(device=self.device, dtype=torch.float64)
-        if self.device.type not in _BATCHED_DEVICE_TYPES:
+        if not self._batched_here(b.shape):
             cols = self.columns
             return self._by_feature(lambda j: A[:, j : j + 1], lambda j: cols[j][b])
         AT = A.T
@@ -242,6 +246,14 @@ class PairSpace:
             fb = b.reshape(-1)
             return self._batched(fb.shape, lambda s, e: (AT[:, fa[s:e]], self.XT[:, fb[s:e]])).view(b.shape)
         return self._batched(b.shape, lambda s, e: (AT[:, s:e, None], self.XT[:, b[s:e]]))
+
+    def _batched_here(self, shape) -> bool:
+        """Whether pairs of the broadcast ``shape`` take every feature at once (:meth:`_batched`)."""
+        if self.device.type in _BATCHED_DEVICE_TYPES:
+            return True
+        if self.name == "minkowski" and not float(self.metric.p).is_integer():
+            return False  # torch's CPU pow rounds a value by where it falls in a vector: not batch-invariant
+        return self._slice_bytes(shape) * max(1, shape[0] if shape else 1) <= _SMALL_BATCHED_BYTES
 
     def _slice_bytes(self, shape) -> int:
         """Bytes of feature values one slice of ``shape``'s first dimension gathers."""
