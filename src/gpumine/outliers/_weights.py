@@ -253,7 +253,7 @@ class PairSpace:
             return True
         if self.name == "minkowski" and not float(self.metric.p).is_integer():
             return False  # torch's CPU pow rounds a value by where it falls in a vector: not batch-invariant
-        return self._slice_bytes(shape) * max(1, shape[0] if shape else 1) <= _SMALL_BATCHED_BYTES
+        return 8 * max(1, self.d) * math.prod(shape) <= _SMALL_BATCHED_BYTES  # bytes of the batch's feature values
 
     def _slice_bytes(self, shape) -> int:
         """Bytes of feature values one slice of ``shape``'s first dimension gathers."""

@@ -64,16 +64,16 @@ PRODUCT_SELECT_INTEGRAL_MAX_PAIRS = 1 << 36
 # _VERDICTS: references copied to the device for each search are new tensors each time); the results
 # are the same bit for bit whatever it finds. False: no probe (same-run A/B timings).
 FLOAT32_PROBE = True
-# True: the selection gathers a candidate's features from the row-major data in place (contiguous
-# per candidate, no feature-major copy of the references); False: from feature-major copies
-# (consecutive candidates side by side, as a rescan reads them). Same results either way.
-ROW_MAJOR_GATHERS = True
 FLOAT32_PROBE_MIN_PAIRS = 1 << 28
 FLOAT32_PROBE_ROWS = 256
 FLOAT32_PROBE_MAX_OPEN = 1 / 8
 # float32 scores only for references whose centred squared norms are under this (a score is at
 # most |x|^2 + 2 max |y|^2 in magnitude: far from float32's largest value)
 FLOAT32_SCORE_MAX_SQNORM = 2.0**100
+# True: the selection gathers a candidate's features from the row-major data in place (contiguous
+# per candidate, no feature-major copy of the references); False: from feature-major copies
+# (consecutive candidates side by side, as a rescan reads them). Same results either way.
+ROW_MAJOR_GATHERS = True
 # True: split products are probed first (._split_product: one TF32 tensor-core product of split rows,
 # the quicker of the two at many features); False: not (same-run A/B timings)
 SPLIT_PRODUCTS = True
