@@ -5,6 +5,9 @@ its fused kernel (a large k among them), timing in one run
 
 * ``gpumine-device`` — :func:`gpumine.neighbors.kneighbors` on tensors already on the device;
 * ``gpumine-host``   — the same from host NumPy arrays to NumPy results (copies included);
+* ``gpumine-fitted`` — ``NearestNeighbors(device=...)`` fitted once on the host references
+  (untimed, as an index is built), then ``kneighbors`` of the queries on the device (rows
+  with queries only);
 * ``torch``          — plain PyTorch, chunked ``torch.cdist`` + ``torch.topk`` in float32, the
   query chunk sized to the same working memory (the baseline every ratio refers to);
 * ``sklearn``        — scikit-learn ``NearestNeighbors(algorithm="brute", n_jobs=-1)``;
@@ -22,7 +25,8 @@ Experiments (``--experiments``, by name or number):
 6. ``embedding`` 10,000 queries against 100,000 uniform references at d = 128, k = 10 (the
    shape of an embedding search, issue 19's matrix-product roofline target).
 
-Timing: a warm-up run, then up to ``--repeats`` timed runs (stopping early once
+Timing: a warm-up run (three for gpumine on a GPU, whose second call of a shape
+captures a graph; their times are kept as ``warmup_samples``), then up to ``--repeats`` timed runs (stopping early once
 ``--row-seconds`` have been spent), the median reported; the GPU is
 synchronised before and after each run, so a time is from call to usable
 result. Rows whose work exceeds 2**28 distance pairs (2**31 for gpumine and
@@ -92,12 +96,13 @@ __all__ = [
 
 K = 7
 LARGE_K = 2048
-IMPLS = ("gpumine-device", "gpumine-triton", "gpumine-host", "torch", "sklearn", "faiss")
+IMPLS = ("gpumine-device", "gpumine-fitted", "gpumine-triton", "gpumine-host", "torch", "sklearn", "faiss")
 PEERS = ("torch", "sklearn", "faiss")
 IMPL_LABELS = {
     "gpumine-device": "gpumine (data on device)",
     "gpumine-triton": "gpumine fused Triton kernel (on device)",
     "gpumine-host": "gpumine (host NumPy in/out)",
+    "gpumine-fitted": "gpumine NearestNeighbors fitted (queries on device)",
     "torch": "PyTorch cdist+topk",
     "sklearn": "scikit-learn brute",
     "faiss": "faiss-cpu IndexFlatL2",
@@ -128,6 +133,9 @@ _SLICE_PAIRS = 2**28
 _PROBE_PAIRS = 2**23
 # a full-size warm-up run is done only when the row is estimated to take at most this long
 _FULL_WARMUP_MAX_S = 2.0
+# warm-up calls of gpumine on a GPU: the first runs eagerly, the second captures a graph where
+# the search has one (their times are kept in the row as ``warmup_samples``)
+_GPU_WARMUP_CALLS = 3
 _PHYSICS_REFS, _PHYSICS_MAX_QUERIES, _PHYSICS_D = 32_768, 12_000, 65
 _EMBEDDING_REFS, _EMBEDDING_QUERIES, _EMBEDDING_D, _EMBEDDING_K = 100_000, 10_000, 128, 10
 
@@ -562,6 +570,12 @@ class KnnBench:
                 return lambda: torch_knn(ref, q, k, exclude_self=all_knn, budget_bytes=self.budget_bytes)
             backend = "triton" if impl == "gpumine-triton" else "auto"
             return lambda: _gpumine_knn(ref, query, k, exclude_self=all_knn, device=self.device, working_memory=wm, backend=backend)
+        if impl == "gpumine-fitted":
+            from gpumine.neighbors import NearestNeighbors
+
+            index = NearestNeighbors(n_neighbors=k, device=self.device, working_memory=wm).fit(data.ref)
+            query = data.on_device("query")[:n_slice] if n_slice else data.on_device("query")
+            return lambda: index.kneighbors(query)
         ref = data.ref
         query = np.ascontiguousarray(data.queries()[:n_slice]) if n_slice else data.query
         if impl == "gpumine-host":
@@ -599,6 +613,8 @@ class KnnBench:
             why = fused_unsupported(get_metric("euclidean"), torch.float32, case.k, case.n_ref)
             if why:
                 return self._row(case, impl, note=f"n/a: {why}")
+        if impl == "gpumine-fitted" and case.all_knn:
+            return self._row(case, impl, note="n/a: all-kNN (the fitted row is for queries against an index)")
         cached = self._measured.get((case.key, impl))
         if cached is not None:
             row = dict(cached, experiment=case.experiment)
@@ -625,7 +641,7 @@ class KnnBench:
         if rate is not None and rate * case.pairs > 4 * args.max_seconds:
             # far beyond the limit by the rate of a smaller row: skip without timing a slice
             return self._row(case, impl, note=f"skipped: estimated {_fmt_estimate(rate * case.pairs)} (> --max-seconds {args.max_seconds:g}) from a smaller row")
-        on_gpu = device.type == "cuda" and impl in ("gpumine-device", "gpumine-triton", "gpumine-host", "torch")
+        on_gpu = device.type == "cuda" and impl in ("gpumine-device", "gpumine-fitted", "gpumine-triton", "gpumine-host", "torch")
         slice_pairs = _SLICE_PAIRS * (8 if on_gpu else 1)
         if case.pairs > slice_pairs and not on_gpu and case.pairs > 16 * _PROBE_PAIRS:
             # CPU: a small probe first, so that rows far over the limit cost little to skip
@@ -651,23 +667,31 @@ class KnnBench:
         run = self._runner(impl, case, data)
         # --quick warms each implementation up once (its rows are too small for one-off costs to matter)
         warm = not (args.quick and impl in self._warmed)
+        first_calls = []
         if warm and (estimate is None or estimate <= _FULL_WARMUP_MAX_S):
-            _, out = time_call(run, device)
-            del out
+            # gpumine on a GPU captures a graph on a shape's second call (see
+            # gpumine.neighbors.engine._graphs): warmed up to that point, and the calls' times kept
+            for _ in range(_GPU_WARMUP_CALLS if impl.startswith("gpumine") and on_gpu else 1):
+                t, out = time_call(run, device)
+                first_calls.append(round(t, 6))
+                del out
         self._warmed.add(impl)
         samples: list[float] = []
         stats: dict = {}
         out = None
         for _ in range(max(1, args.repeats)):
             out = None
-            stats = {}
-            with _engine_stats(stats) if impl.startswith("gpumine") else contextlib.nullcontext():
-                t, out = time_call(run, device)
+            t, out = time_call(run, device)
             samples.append(t)
             if sum(samples) >= args.row_seconds:
                 break
             if self.deadline is not None and time.perf_counter() + t > self.deadline:
                 break
+        if impl.startswith("gpumine") and (self.deadline is None or time.perf_counter() + samples[-1] <= self.deadline):
+            # the engine's counters from one more call, untimed: asking for them adds host waits
+            del out
+            with _engine_stats(stats):
+                out = run()
         seconds = median(samples)
         self._note_rate(impl, case, seconds)
         dist, idx = out
@@ -687,7 +711,7 @@ class KnnBench:
         if stats.get("rows_exact_scan"):
             notes.append(f"exact scan redid {stats['rows_exact_scan']:,} of {case.n_query:,} rows")
         row = self._row(case, impl, seconds=seconds, recall=recall, note="; ".join(notes))
-        row.update(runs=len(samples), samples=[round(t, 6) for t in samples], max_dist_err=err)
+        row.update(runs=len(samples), samples=[round(t, 6) for t in samples], max_dist_err=err, warmup_samples=first_calls)
         if stats:
             row["stats"] = {k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v)) for k, v in stats.items()}
         return row
@@ -1124,7 +1148,9 @@ def main(argv=None, prog: str | None = None) -> int:
             bench.meta["peers_unavailable"][name] = why
             bench.log(f"note: {name} not run: {why}")
     fused = ["gpumine-triton"] if device.type == "cuda" and importlib.util.find_spec("triton") else []
-    primary = ["gpumine-device"] + fused + ([] if args.no_host else ["gpumine-host"]) + [p for p in peers if p == "torch"]
+    fitted = ["gpumine-fitted"] if device.type == "cuda" else []
+    primary = (["gpumine-device"] + fitted + fused + ([] if args.no_host else ["gpumine-host"])
+               + [p for p in peers if p == "torch"])
     cpu_peers = [p for p in peers if p != "torch"]
     bench.log(f"gpumine kNN benchmark on {bench.meta['device_name']} ({device}); experiments: {', '.join(args.experiments)}")
     try:

@@ -27,7 +27,8 @@ def _common_dtype(*tensors: torch.Tensor) -> torch.dtype:
 
 
 def _to_device_checked(arrays: dict, device: torch.device, gather: tuple = ()):
-    """Validated tensors on a GPU, checked for NaN/inf there; their largest and smallest nonzero magnitudes.
+    """Validated tensors on a GPU, checked for NaN/inf there; their largest and smallest nonzero magnitudes,
+    and whether they hold whole numbers only (None where an array was not checked here).
 
     ``arrays`` maps parameter names to tensors (the same tensor once). Host data
     that fits is copied first and checked on the device: one min/max reduction
@@ -66,7 +67,9 @@ def _to_device_checked(arrays: dict, device: torch.device, gather: tuple = ()):
             tensor = copy_to_device(tensor, device)
         moved[name] = tensor
         if tensor.numel():
-            extremes.append(torch.stack([*torch.aminmax(tensor), smallest_nonzero_magnitude(tensor)]))
+            # whole numbers only (1) or not (0): float data then skips the search's integer-centre check
+            whole = (tensor == torch.round(tensor)).all().to(tensor.dtype)
+            extremes.append(torch.stack([*torch.aminmax(tensor), smallest_nonzero_magnitude(tensor), whole]))
     if extremes:
         found = torch.stack(extremes).double().cpu().numpy()  # the one host wait
         low_high = found[:, :2]
@@ -79,7 +82,9 @@ def _to_device_checked(arrays: dict, device: torch.device, gather: tuple = ()):
         largest, tiniest = 0.0, float("inf")
     for high, tiny in host_ends:
         largest, tiniest = max(largest, high), min(tiniest, tiny)
-    return moved, (None, None) if unknown else (largest, tiniest)
+    # integrality is known when every array went through the pass above
+    integral = bool((found[:, 3] == 1.0).all()) if extremes and len(extremes) == len(arrays) else None
+    return moved, (None, None) if unknown else (largest, tiniest), integral
 
 
 def _checked_magnitudes(tensor: torch.Tensor, name: str):
@@ -315,10 +320,10 @@ def _search(ref, query, k, metric_obj, exclude_self, dev, budget_bytes, result_d
     ``ends``: the host data's ``(largest, tiniest)`` magnitudes from its finiteness check (see
     :func:`_checked_magnitudes`), or None.
     """
-    magnitude = tiniest = None
+    magnitude = tiniest = integral = None
     if dev.type == "cuda":
-        arrays, (magnitude, tiniest) = _to_device_checked({"X_ref": ref} if exclude_self else {"X_ref": ref, "X_query": query}, dev,
-                                                          gather=("X_ref",))
+        arrays, (magnitude, tiniest), integral = _to_device_checked(
+            {"X_ref": ref} if exclude_self else {"X_ref": ref, "X_query": query}, dev, gather=("X_ref",))
         ref = arrays["X_ref"]
         query = ref if exclude_self else arrays["X_query"]
     common = dict(exclude_self=exclude_self, device=dev, budget_bytes=budget_bytes, result_device=result_device,
@@ -329,7 +334,7 @@ def _search(ref, query, k, metric_obj, exclude_self, dev, budget_bytes, result_d
         if ref.dtype == torch.float64:
             tiniest = None  # float64's range plan reads the largest magnitude only
     try:
-        found = knn_search(ref, query, k, metric_obj, magnitude=magnitude, tiniest=tiniest, **common)
+        found = knn_search(ref, query, k, metric_obj, magnitude=magnitude, tiniest=tiniest, integral=integral, **common)
     except Exception:
         if gathering and not assumptions_held(ref, magnitude, tiniest)[0] and not summarise_on_device(ref, dev).finite:
             raise non_finite_error(ref, "X_ref") from None  # what failed the search

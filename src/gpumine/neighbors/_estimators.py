@@ -41,7 +41,7 @@ from ..utils._validation import (HostScoreMixin, check_array, check_labels, chec
 from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ..core.distance import METRICS, check_precision, get_metric, is_engine_metric
 from ..core.tiles import fits_on_device
-from .engine import choose_backend, search_validated
+from .engine import ReferenceMemo, choose_backend, search_validated
 from ._neighbor_graphs import csr_to_lists
 from ._radius import radius_search
 from .._device_state import HostPickleMixin
@@ -274,6 +274,9 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
             nbytes = X_t.numel() * X_t.element_size()
             self._fit_X = X_t.to(self.device_) if fits_on_device(3 * nbytes, self.device_) else X_t
             self._out_dtype = np.float32 if X_t.dtype == torch.float32 else np.float64
+        # a GPU copy of its own (not the caller's tensor): searches keep its prepared operands
+        owned = (not sp.issparse(X_t) and self._fit_X.is_cuda and self._fit_X.data_ptr() != X_t.data_ptr())
+        self._reference_memo = ReferenceMemo() if owned else None
         if self._mode == "engine":
             self.__dict__.pop("_fit_method", None)
         else:  # scikit-learn's name for the method: these searches are brute force
@@ -363,7 +366,8 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
         return search_validated(self._fit_X, query, n_neighbors, self._metric, exclude_self=exclude_self,
                                 device=self.device_, budget_bytes=self._budget(), result_device=self.device_,
                                 backend=backend, precision=self.precision, graphs=True,
-                                working_memory=self.working_memory, verbose=self.verbose)
+                                working_memory=self.working_memory, verbose=self.verbose,
+                                memo=getattr(self, "_reference_memo", None))
 
     def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
         """Find the k nearest training points of each row of ``X``.

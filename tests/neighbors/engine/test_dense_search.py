@@ -226,3 +226,37 @@ def test_the_dense_probe_samples_at_most_a_quarter_of_few_queries():
     assert probe_rows(10) == 10
     assert probe_rows(100) == 64
     assert probe_rows(1 << 20) == DENSE_PROBE_ROWS
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["uniform", "grid", "far"])
+def test_many_queries_against_few_references_are_probed_with_the_float64_order(kind, monkeypatch):
+    """Past DENSE_UNPROBED_MAX_PAIRS pairs a search of few references is probed: continuous and integer data run
+    fused, clusters far from the origin (float32 ties the float64 order must scan) dense; results equal the
+    unprobed dense search's bit for bit."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    from gpumine.core.distance import get_metric
+    from gpumine.neighbors.engine import _search
+    from gpumine.neighbors.engine._search import knn_search
+
+    rng = np.random.default_rng(11)
+    n_ref, n_query, d = 32_768, 262_144, 8  # 2^33 pairs: past the unprobed limit, under the probe's reference count
+    if kind == "grid":
+        R, Q = (rng.integers(0, 9, (n, d)).astype(np.float32) for n in (n_ref, n_query))
+    elif kind == "far":
+        R, Q = ((1e3 + rng.standard_normal((n, d)) * 1e-3).astype(np.float32) for n in (n_ref, n_query))
+    else:
+        R, Q = (rng.random((n, d), dtype=np.float32) for n in (n_ref, n_query))
+    ref, query = torch.from_numpy(R).cuda(), torch.from_numpy(Q).cuda()
+    common = dict(exclude_self=False, device=torch.device("cuda"), budget_bytes=1 << 30, result_device=torch.device("cuda"),
+                  backend="auto")
+    stats = {}
+    got = knn_search(ref, query, 7, get_metric("euclidean"), stats=stats, **common)
+    assert stats["probe_rows"] == _search.DENSE_PROBE_ROWS
+    fused = stats["probe_rows_open"] <= _search.DENSE_PROBE_MAX_OPEN * stats["probe_rows"]
+    assert fused == (kind != "far"), stats
+    monkeypatch.setattr(_search, "DENSE_UNPROBED_MAX_PAIRS", 1 << 62)
+    want = knn_search(ref, query, 7, get_metric("euclidean"), **common)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -165,6 +165,92 @@ def test_replayed_graphs_take_the_probed_float32_products_and_drop_them_where_ro
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["float", "grid"])
+def test_data_known_not_whole_skips_the_integer_centre(kind, monkeypatch):
+    """kneighbors' check on the device tells whether the data holds whole numbers only: float data skips
+    the integer-centre check, integer data still takes its exact products; results equal the host's."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    from gpumine.neighbors.engine import _graphs
+
+    monkeypatch.setattr(_graphs, "GRAPH_SEARCHES", False)
+    calls = []
+    real = _product_select.integer_centre
+    monkeypatch.setattr(_product_select, "integer_centre", lambda *a: calls.append(1) or real(*a))
+    rng = np.random.default_rng(6)
+    X, Q = _wide(kind, 2000, 57, rng), _wide(kind, 500, 57, rng)
+    for args in ((X,), (X, Q), (torch.from_numpy(X).cuda(), torch.from_numpy(Q).cuda())):
+        calls.clear()
+        got = kneighbors(*args, k=9, device="cuda")
+        want = kneighbors(*(np.asarray(a.cpu()) if torch.is_tensor(a) else a for a in args), k=9, device="cpu")
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(a.cpu()) if torch.is_tensor(a) else a, b)
+        assert len(calls) == (1 if kind == "grid" else 0)
+
+
+def test_reference_memo_holds_for_the_same_tensor_unchanged_only():
+    """Entries hold for the tensor they were made from as it was; a write, another tensor or a pickle clears them."""
+    import pickle
+
+    from gpumine.neighbors.engine import ReferenceMemo
+
+    memo, ref = ReferenceMemo(), torch.arange(12.0).reshape(4, 3)
+    assert memo.get(ref, "x") is None
+    memo.put(ref, ("operands", "a"), 1)
+    memo.put(ref, ("operands", "b"), 2, replaces=lambda name: name[0] == "operands")  # one set of operands at a time
+    assert memo.get(ref, ("operands", "a")) is None and memo.get(ref, ("operands", "b")) == 2
+    assert memo.get(ref.clone(), ("operands", "b")) is None  # another tensor
+    assert memo.get(ref.T, ("operands", "b")) is None  # another layout of the same storage
+    assert memo.ref_whole(ref)
+    ref[0, 0] = 0.5  # a write through torch moves the version counter
+    assert memo.get(ref, ("operands", "b")) is None
+    assert not memo.ref_whole(ref)
+    memo.put(ref, "y", 3)
+    again = pickle.loads(pickle.dumps(memo))
+    assert again.get(ref, "y") is None and memo.get(ref, "y") == 3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["float", "grid", "far"])
+def test_fitted_estimators_prepare_their_own_references_once(kind, monkeypatch):
+    """An estimator's own GPU copy of its training data has its product operands prepared once for every
+    search, and learns once that it is not whole numbers; a write to it starts over; results equal the host's."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    from gpumine.core.distance import Metric
+    from gpumine.neighbors import NearestNeighbors
+    from gpumine.neighbors.engine import _graphs
+
+    monkeypatch.setattr(_graphs, "GRAPH_SEARCHES", False)
+    prepared, centres = [], []
+    real_prepare, real_centre = Metric.prepare, _product_select.integer_centre
+    monkeypatch.setattr(Metric, "prepare", lambda self, X, c, side: prepared.append(side) or real_prepare(self, X, c, side))
+    monkeypatch.setattr(_product_select, "integer_centre", lambda *a: centres.append(1) or real_centre(*a))
+    rng = np.random.default_rng(7)
+    X, Q = _wide(kind, 2000, 57, rng), _wide(kind, 300, 57, rng)
+    nn = NearestNeighbors(n_neighbors=9, device="cuda").fit(X)
+    host = NearestNeighbors(n_neighbors=9, device="cpu").fit(X)
+    for call in range(3):
+        prepared.clear(), centres.clear()
+        for args in ((Q,), ()):
+            for a, b in zip(nn.kneighbors(*args), host.kneighbors(*args)):
+                np.testing.assert_array_equal(a, b)
+        # integer data takes exact products: the integer centre comes with each search's queries
+        want_ref = 0 if call and kind != "grid" else 2 if kind == "grid" else 1
+        assert prepared.count("ref") == want_ref, (call, prepared)
+        assert len(centres) == (2 if kind == "grid" else 0)
+    nn._fit_X[0] += 1.0  # a write to the fitted copy: prepared again, results those of the new data
+    prepared.clear()
+    X2 = X.copy()
+    X2[0] += 1.0
+    for a, b in zip(nn.kneighbors(Q), NearestNeighbors(n_neighbors=9, device="cpu").fit(X2).kneighbors(Q)):
+        np.testing.assert_array_equal(a, b)
+    assert prepared.count("ref") == 1
+    # the caller's own GPU tensor is not the estimator's to keep operands for
+    assert NearestNeighbors(n_neighbors=9, device="cuda").fit(torch.from_numpy(X).cuda())._reference_memo is None
+
+
+@pytest.mark.gpu
 def test_larger_searches_come_here_only_with_exact_products(monkeypatch):
     """Past PRODUCT_SELECT_MAX_PAIRS pairs integer data runs here (equal to the path it would take otherwise);
     continuous data goes on to the fused-or-dense choice."""

@@ -44,6 +44,7 @@ torch twins):
   the GPU or gathered by the search from the tiles it streams.
 """
 
+from ._dense import ReferenceMemo
 from ._exact_select import search_small
 from ._exact_tile_kernel import exact_tile_available, scores_within, scores_within_torch
 from ._fused_tuning import tuning
@@ -57,4 +58,4 @@ from ._search import knn_search
 __all__ = ["knn_search", "SearchPlan", "plan_search", "choose_backend", "fused_unsupported", "search_with_graph",
            "clear_search_graphs", "finite_magnitudes", "smallest_nonzero_magnitude", "tuning", "scores_within", "scores_within_torch",
            "exact_tile_available", "summarise_on_device", "gather_facts", "facts_of", "assumptions_held",
-           "search_small", "search_validated"]
+           "search_small", "search_validated", "ReferenceMemo"]

@@ -42,7 +42,7 @@ from ._row_product_kernel import row_product, row_product_available, row_product
 from ._split_product import SPLIT_FLUSHED, SPLIT_ROUNDOFF, SPLIT_SUM_ROUNDING, split_product, split_rows, split_terms
 
 __all__ = ["DENSE_METRICS", "DENSE_MAX_PAIRS", "DENSE_MIN_FEATURES_ALWAYS", "dense_applies", "dense_by_size", "dense_eligible",
-           "dense_search", "DenseReferences", "block_scores", "first_pass", "settle", "integer_centre", "integer_centre_on_device", "tile_dtype_for", "candidates_for"]
+           "dense_search", "DenseReferences", "ReferenceMemo", "block_scores", "first_pass", "settle", "integer_centre", "integer_centre_on_device", "tile_dtype_for", "candidates_for"]
 
 # metrics with a matrix-product tile form whose error Metric.bounds states
 DENSE_METRICS = ("euclidean", "sqeuclidean")
@@ -143,16 +143,72 @@ def _matmul_rounds_operands(device: torch.device) -> bool:
     return device.type == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32)
 
 
+class ReferenceMemo:
+    """What searches learn and prepare from one reference tensor, kept by its owner between searches.
+
+    An estimator that copied its training data to the device owns that copy (no
+    one else can write to it) and keeps one memo beside it: searches against it
+    then prepare the references' product operands once (as an index does) and
+    learn once whether they hold whole numbers. An entry holds for the tensor it
+    was made from, unchanged since (its version counter, storage and layout);
+    anything else clears the memo. Only owned copies may have one: writes from
+    outside torch (DLPack, ``.data``) would not show in the version counter.
+    Pickled empty.
+    """
+
+    def __init__(self):
+        self._key = None
+        self._entries: dict = {}
+
+    @staticmethod
+    def _tensor_key(ref: torch.Tensor):
+        return (ref._version, ref.data_ptr(), tuple(ref.shape), tuple(ref.stride()), ref.dtype, ref.device)
+
+    def get(self, ref: torch.Tensor, name):
+        """The entry ``name`` for ``ref`` as it is now, or None."""
+        if self._key != self._tensor_key(ref):
+            return None
+        return self._entries.get(name)
+
+    def put(self, ref: torch.Tensor, name, value, *, replaces=None) -> None:
+        """Keep ``value`` as ``name`` for ``ref`` as it is now (clearing entries of other tensors or versions,
+        and those whose names ``replaces(name)`` picks: one set of prepared operands at a time)."""
+        key = self._tensor_key(ref)
+        if self._key != key:
+            self._key, self._entries = key, {}
+        if replaces is not None:
+            for other in [other for other in self._entries if replaces(other)]:
+                del self._entries[other]
+        self._entries[name] = value
+
+    def ref_whole(self, ref: torch.Tensor) -> bool:
+        """Whether ``ref`` holds whole numbers only, learned once (one pass and one host wait)."""
+        whole = self.get(ref, "whole")
+        if whole is None:
+            whole = bool((ref == torch.round(ref)).all()) if ref.is_floating_point() else True
+            self.put(ref, "whole", whole)
+        return whole
+
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
+
 class DenseReferences:
     """The references prepared once for the blocks of a dense search.
 
     ``centre``: an integer centre (:func:`integer_centre`) makes the float32
     scores exact (``exact``); it may be a tensor computed on the device by a
     captured search, whose flag then says afterwards whether it held.
+    ``memo``: the references' :class:`ReferenceMemo`, whose prepared operands
+    are taken (or left there) for scores that are not exact.
     """
 
     def __init__(self, ref: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool, tile_dtype: torch.dtype,
-                 centre: torch.Tensor | None = None, split: bool = False, rounded: bool = False):
+                 centre: torch.Tensor | None = None, split: bool = False, rounded: bool = False,
+                 memo: ReferenceMemo | None = None):
         self.ref, self.k, self.metric, self.exclude_self = ref, k, metric, exclude_self
         self.d = ref.shape[1]
         self.available = ref.shape[0] - (1 if exclude_self else 0)
@@ -169,12 +225,18 @@ class DenseReferences:
         self.rounded = rounded
         # the scores' dtype, as the selection reads them
         self.score_dtype = torch.float32 if rounded else self.tile_dtype
-        wide = ref.to(self.tile_dtype)
-        self.centre = centre if self.exact else metric.centre(wide)
-        prepared = metric.prepare(wide, self.centre, "ref")
-        self.rows = split_rows(prepared["rows"], "ref", padded=True) if split else padded_columns(prepared["rows"])
-        self.scale = metric.ref_scale(prepared)
-        self.source = _FeatureSource(ref, metric, self.d)
+        # an integer centre comes with the queries: only other operands are kept in a memo
+        name = None if memo is None or self.exact else ("operands", metric.name, self.tile_dtype, split, rounded)
+        parts = None if name is None else memo.get(ref, name)
+        if parts is None:
+            wide = ref.to(self.tile_dtype)
+            centre = centre if self.exact else metric.centre(wide)
+            prepared = metric.prepare(wide, centre, "ref")
+            rows = split_rows(prepared["rows"], "ref", padded=True) if split else padded_columns(prepared["rows"])
+            parts = (centre, rows, metric.ref_scale(prepared), _FeatureSource(ref, metric, self.d))
+            if name is not None:
+                memo.put(ref, name, parts, replaces=lambda other: other[0] == "operands")
+        self.centre, self.rows, self.scale, self.source = parts
 
     def block_rows(self, budget_bytes: int) -> int:
         """Queries per block: a score row, its top-c scratch and the float64 re-score temporaries each."""

@@ -28,7 +28,7 @@ import weakref
 import torch
 
 from ...core.distance import Metric
-from ._dense import DenseReferences, _matmul_rounds_operands, _rel, block_scores, dense_eligible, integer_centre, tile_dtype_for
+from ._dense import DenseReferences, ReferenceMemo, _matmul_rounds_operands, _rel, block_scores, dense_eligible, integer_centre, tile_dtype_for
 from ._exact_select import EXACT_SELECT_FIRST_FEATURES, feature_major
 from ._product_select_kernel import PRODUCT_SELECT_MAX_K, kept_candidates, product_select, product_select_available
 from ._row_product_kernel import row_product_available
@@ -104,14 +104,17 @@ def product_select_if_integral(n_query: int, n_ref: int, d: int) -> bool:
 
 
 def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool,
-                          budget_bytes: int, stats: dict | None = None,
-                          tile_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                          budget_bytes: int, stats: dict | None = None, tile_dtype: torch.dtype | None = None,
+                          integral: bool | None = None, memo: ReferenceMemo | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Top k of every query as ``(float64 scores, indices)`` by (float64 score, index), as ``dense_search`` returns them.
 
     ``exclude_self``: query i is reference i (the queries are the references or
     a prefix of them). ``k`` must not exceed the references available to a row.
     ``tile_dtype``: the products' dtype (default :func:`tile_dtype_for` the
-    device; float64 data keeps float64).
+    device; float64 data keeps float64). ``integral=False``: the data holds
+    other than whole numbers (known to the caller), so no integer centre is sought.
+    ``memo``: the references' :class:`ReferenceMemo` (their owner's), which keeps
+    their prepared operands and whether they are whole numbers between searches.
     """
     n_query, n_ref = query.shape[0], ref.shape[0]
     d = ref.shape[1]
@@ -121,14 +124,15 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
                 torch.empty((0, k), dtype=torch.int64, device=device))
     if ref.dtype == torch.float64:
         tile_dtype = torch.float64  # as dense_search: rounding float64 data first is outside the bound
-    centre = integer_centre(ref, query)
+    whole = integral is not False and (memo is None or memo.ref_whole(ref))
+    centre = integer_centre(ref, query) if whole else None
     RT, QT = gather_layout(ref, query)
     refs = None
     if tile_dtype is None and centre is None and probes_float32(n_query, n_ref, device):
-        refs = _float32_references(ref, query, RT, k, metric, exclude_self, stats)
+        refs = _float32_references(ref, query, RT, k, metric, exclude_self, stats, memo)
     if refs is None:
         refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=tile_dtype or tile_dtype_for(device),
-                               centre=centre)
+                               centre=centre, memo=memo)
     item = torch.finfo(refs.score_dtype).bits // 8
     # a block's scores, its prepared query rows, the per-row bounds and the kernel's candidate lists
     # (a split block's query rows: three float32 parts of d + 1 columns, and the split's temporaries)
@@ -181,7 +185,7 @@ def _remember_verdict(ref: torch.Tensor, query: torch.Tensor, k: int, verdict: s
     _VERDICTS[id(ref)] = (weakref.ref(ref), _verdict_key(ref, query, k), verdict)
 
 
-def _float32_references(ref, query, RT, k, metric, exclude_self, stats) -> DenseReferences | None:
+def _float32_references(ref, query, RT, k, metric, exclude_self, stats, memo=None) -> DenseReferences | None:
     """References for float32 scores where the probe (or its remembered verdict) takes them, else None.
 
     Split TF32 products first; where they leave too many rows open, float64
@@ -197,9 +201,10 @@ def _float32_references(ref, query, RT, k, metric, exclude_self, stats) -> Dense
     if verdict == "float64" or verdict in kinds:
         if stats is not None:
             stats.update(float32_probe_rows=0)  # a verdict remembered for these references
-        return None if verdict == "float64" else DenseReferences(ref, k, metric, exclude_self=exclude_self, **kinds[verdict])
+        return None if verdict == "float64" else DenseReferences(ref, k, metric, exclude_self=exclude_self, memo=memo,
+                                                                 **kinds[verdict])
     for name, kind in kinds.items():
-        refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, **kind)
+        refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, memo=memo, **kind)
         if float32_certifies(refs, query, RT, stats):
             _remember_verdict(ref, query, k, name)
             return refs

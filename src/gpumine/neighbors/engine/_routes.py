@@ -24,14 +24,15 @@ __all__ = ["search_validated"]
 def search_validated(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool,
                      device: torch.device, budget_bytes: int, result_device: torch.device, backend: str,
                      as_distance: bool = True, precision: str = "exact", graphs: bool = False, working_memory=None,
-                     verbose=None, stats: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     verbose=None, stats: dict | None = None, memo=None) -> tuple[torch.Tensor, torch.Tensor]:
     """``knn_search``'s ``(scores or distances, indices)`` on ``result_device``, by the cheapest route.
 
     On a GPU: a small float32 search in one checked launch; with ``graphs`` (distances only), a
     repeated search through a captured graph (``working_memory``: the setting ``budget_bytes``
     came from); otherwise, and on the CPU, :func:`knn_search`. ``ref``/``query`` hold finite values
     (the caller validated them); ``query is ref`` when ``exclude_self``. ``stats`` is filled by
-    :func:`knn_search` only (``stats["route"]`` names the route taken).
+    :func:`knn_search` only (``stats["route"]`` names the route taken). ``memo``: the references'
+    :class:`~._dense.ReferenceMemo`, for :func:`knn_search`, where their owner keeps one.
     """
     if device.type == "cuda" and query.shape[0]:
         found = search_small(ref, query, k, metric, exclude_self=exclude_self, device=device, backend=backend,
@@ -52,4 +53,4 @@ def search_validated(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Met
         stats["route"] = "search"
     return knn_search(ref, query, k, metric, exclude_self=exclude_self, device=device, budget_bytes=budget_bytes,
                       result_device=result_device, verbose=verbose, stats=stats, backend=backend,
-                      as_distance=as_distance, precision=precision)
+                      as_distance=as_distance, precision=precision, memo=memo)

@@ -36,6 +36,7 @@ block, its certificate inside the kernel).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -151,6 +152,8 @@ def knn_search(
     tiniest: float | None = None,
     dedupe: bool = True,
     float64_order: bool = True,
+    integral: bool | None = None,
+    memo=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact k nearest references of every query row.
 
@@ -170,7 +173,10 @@ def knn_search(
     phase's products; the re-rank and certificate keep results exact in all.
     ``magnitude``/``tiniest``: the largest and the smallest nonzero absolute
     value in ``ref`` and ``query`` when the caller has them (saves passes over
-    the data).
+    the data). ``integral``: whether ``ref`` and ``query`` hold whole numbers only,
+    when the caller knows (float data then skips the integer-centre check).
+    ``memo``: the :class:`~._dense.ReferenceMemo` of references their owner keeps
+    on the device (product searches take their prepared operands from it).
     """
     n_query = query.shape[0]
     dtype = ref.dtype
@@ -184,6 +190,7 @@ def knn_search(
             float64_order=float64_order)
         return scores.to(dtype), index
     if scale is not None:
+        integral = memo = None  # scaled data is new data
         same = query is ref
         ref = ref * scale
         query = ref if same else query * scale
@@ -198,13 +205,16 @@ def knn_search(
     # one product and one or two selection launches per query block (._product_select); the others at few
     # features in one launch (._exact_select).
     first = None
+    if memo is not None and not same_device(ref.device, device):
+        memo = None  # references copied for each search: nothing to keep
     if _runs_first(ref, query, device, float64_order):
         product = _product_select_first(ref, query, k, metric, device, backend, precision)
         if product is None:  # a larger search whose data decides: exact (integer) products run there
             ref, query = _resident(ref, query, device)
-            product = integer_centre(ref, query) is not None
+            product = (integral is not False and (memo is None or memo.ref_whole(ref))
+                       and integer_centre(ref, query) is not None)
         if product:
-            first = product_select_search
+            first = functools.partial(product_select_search, integral=integral, memo=memo)
         elif (exact_select_supports(metric, ref.dtype, ref.shape[1], k, device, backend, precision)
               and exact_select_first(query.shape[0], ref.shape[0], ref.shape[1])):
             first = exact_select_search
@@ -321,27 +331,47 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
     one dense pass, whose work is bounded whatever the ties. A strided sample of
     ``DENSE_PROBE_ROWS`` queries through the fused first pass tells which (one
     launch over the references for the sample). Searches of fewer than
-    ``DENSE_PROBE_MIN_REFERENCES`` references run dense unprobed.
+    ``DENSE_PROBE_MIN_REFERENCES`` references run dense unprobed up to
+    ``DENSE_UNPROBED_MAX_PAIRS`` pairs; past that their probe also counts the rows
+    the float64 order would leave open.
     """
     device, backend, precision = engine["device"], engine["backend"], engine["precision"]
     if not _dense_eligible(ref, metric, float64_order, device, backend, precision) or not same_device(ref.device, device):
         return False
-    if deduplicated or dense_by_size(query.shape[0], ref.shape[0], ref.shape[1]) or ref.shape[0] < DENSE_PROBE_MIN_REFERENCES:
-        return True
     n_query = query.shape[0]
+    if deduplicated or dense_by_size(n_query, ref.shape[0], ref.shape[1]):
+        return True
+    few_references = ref.shape[0] < DENSE_PROBE_MIN_REFERENCES
+    if few_references and n_query * ref.shape[0] <= DENSE_UNPROBED_MAX_PAIRS:
+        return True
     if ref.shape[0] >= DENSE_PROBE_SKIP_REFS_PER_QUERY * n_query:
         return False  # the probe's pass over the references would cost about what the search does
     picks = torch.linspace(0, n_query - 1, probe_rows(n_query), device=query.device).round().long().unique()
     sample = query.index_select(0, picks)
     # a self-search's sample keeps its own rows: one neighbour more (and one more for the float64 order)
     width = min(k + (1 if exclude_self else 0) + (1 if order64 else 0), ref.shape[0])
-    sp = plan_search(ref, sample, width, metric, device=device, budget_bytes=engine["budget_bytes"], backend=backend,
+    probe_backend = backend
+    if few_references:
+        # many queries against few references: the sample alone is too small for the automatic
+        # backend to run fused, so it runs fused where the whole search would
+        if not plan_search(ref, query, width, metric, device=device, budget_bytes=engine["budget_bytes"], backend=backend,
+                           precision=precision).fused:
+            return True
+        probe_backend = "triton"
+    sp = plan_search(ref, sample, width, metric, device=device, budget_bytes=engine["budget_bytes"], backend=probe_backend,
                      precision=precision)
     if not (sp.fused and sp.plan.query_rows >= sample.shape[0]):
         return True  # the tile engine's selection costs more than a dense pass
     refs = _References(ref, metric, sp.plan.ref_rows, device, resident=sp.resident)
-    certified = first_pass(sp, refs, sample, 0, False)[2]
-    n_open = int((~certified).sum())
+    scores, index, certified = first_pass(sp, refs, sample, 0, False)[:3]
+    open_rows = ~certified
+    if few_references and order64 and width < ref.shape[0]:
+        # and the float64 order's certificate (see order_by_float64): data whose float32 scores
+        # tie where float64 ones differ (clusters far from the origin) passes the first pass's
+        # certificate, then leaves its rows to float64 scans, several times the dense search's time
+        keys = rescore(sample, ref, index, metric, torch.float64, engine["budget_bytes"]).sort(1).values
+        open_rows |= ~certified_rows(keys, scores.amax(1), width - 1, metric, ref.shape[1])
+    n_open = int(open_rows.sum())
     if engine["stats"] is not None:
         engine["stats"].update(probe_rows=int(sample.shape[0]), probe_rows_open=n_open)
     return n_open > DENSE_PROBE_MAX_OPEN * sample.shape[0]
@@ -370,8 +400,13 @@ def probe_rows(n_query: int) -> int:
     """Queries the dense-or-fused probe samples from ``n_query`` (see ``DENSE_PROBE_ROWS``)."""
     return min(n_query, DENSE_PROBE_ROWS, max(DENSE_PROBE_MIN_ROWS, n_query // 4))
 # Below this many references the dense pass measured faster than the fused kernel on every
-# real set (magic.gamma 19,020 rows: even), continuous or not
+# real set (magic.gamma 19,020 rows: even), continuous or not; those were all-kNN searches of up to
+# DENSE_UNPROBED_MAX_PAIRS pairs. Many queries against few references are probed whatever the
+# references: 1,048,576 uniform queries x 32,768 references at d = 8 ran 3.6 times as long dense
+# (on the exact-selection kernel) as fused, and the probe's sample is a thousandth of the queries
+# (BENCHMARKS.md, "Design measurements quoted in the code")
 DENSE_PROBE_MIN_REFERENCES = 1 << 16
+DENSE_UNPROBED_MAX_PAIRS = 1 << 32
 
 
 def _search_ordered(ref, query, k, metric, exclude_self, order64, *, device, budget_bytes, verbose, stats, backend, precision,
