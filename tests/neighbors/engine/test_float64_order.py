@@ -135,3 +135,28 @@ def test_gpu_graph_replays_give_the_eager_results_on_tie_heavy_float_data():
         for d, i in results:
             np.testing.assert_array_equal(i, want_i)
             np.testing.assert_array_equal(d.view(np.int32), want_d.view(np.int32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("self_search", [True, False])
+@pytest.mark.parametrize("d", [2, 40])
+def test_gpu_float64_scans_on_the_exact_selection_kernel_equal_the_torch_scan(self_search, d, monkeypatch):
+    """Rows the float64 order leaves open are scanned in one exact-selection launch on a GPU (a self-search's
+    own row left out by id); lists and scores equal the torch scan's and the float64 oracle's, duplicates included."""
+    skip_if_no_cuda("cuda")
+    calls = []
+    real = _engine._exact_select_scan
+    monkeypatch.setattr(_engine, "_exact_select_scan", lambda *a: calls.append(a[2].numel()) or real(*a))
+    rng = np.random.default_rng(5)
+    # a fine grid far from the origin: float32 scores collide where float64 ones differ
+    X = (1.0 + rng.integers(0, 40, size=(3000, d)) * np.float32(2**-23)).astype(np.float32)
+    X[100:140] = X[7]  # duplicate rows beyond k, the own row among them
+    Q = None if self_search else X[rng.permutation(3000)[:700]] + np.float32(2**-22)
+    got = [_engine_search(X, Q, 9, "cuda", backend="triton") for _ in range(1)][0]
+    assert calls and sum(calls) > 0
+    monkeypatch.setattr(_engine, "FLOAT64_SCAN_ON_KERNEL", False)
+    want = _engine_search(X, Q, 9, "cuda", backend="triton")
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    _, oracle_i, _ = brute_force_knn(X, X if Q is None else Q, 9, exclude_self=self_search)
+    np.testing.assert_array_equal(got[1].numpy(), oracle_i)
