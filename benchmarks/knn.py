@@ -304,14 +304,17 @@ def _engine_stats(stats: dict):
         return
 
     def counted(*args, **kwargs):
-        kwargs.setdefault("stats", stats)
+        if kwargs.get("stats") is None:  # the routes pass theirs (None) by name
+            kwargs["stats"] = stats
         return original(*args, **kwargs)
 
-    api.knn_search = counted
+    # kneighbors calls it from the API module, the estimators through the engine's routes
+    routes = importlib.import_module("gpumine.neighbors.engine._routes")
+    api.knn_search = routes.knn_search = counted
     try:
         yield
     finally:
-        api.knn_search = original
+        api.knn_search = routes.knn_search = original
 
 
 # ---------------------------------------------------------------------------------------

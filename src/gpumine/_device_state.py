@@ -41,6 +41,8 @@ def move_tensors(value, device: torch.device, _seen=None):
         moved = copy.copy(value)
         for field in dataclasses.fields(value):
             object.__setattr__(moved, field.name, move_tensors(getattr(value, field.name), device, _seen))
+    elif getattr(type(value), "_cache_only", False):  # a cache (its contents are rebuilt on use)
+        moved = type(value)()
     elif type(value).__module__.startswith("gpumine.") and hasattr(value, "__dict__"):
         moved = copy.copy(value)
         moved.__dict__.update({k: move_tensors(v, device, _seen) for k, v in vars(value).items()})

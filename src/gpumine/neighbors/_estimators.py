@@ -275,7 +275,8 @@ class _KNeighborsBase(HostPickleMixin, BaseEstimator):
             self._fit_X = X_t.to(self.device_) if fits_on_device(3 * nbytes, self.device_) else X_t
             self._out_dtype = np.float32 if X_t.dtype == torch.float32 else np.float64
         # a GPU copy of its own (not the caller's tensor): searches keep its prepared operands
-        owned = (not sp.issparse(X_t) and self._fit_X.is_cuda and self._fit_X.data_ptr() != X_t.data_ptr())
+        owned = (not sp.issparse(X_t) and self._fit_X.is_cuda and self._fit_X.data_ptr() != X_t.data_ptr()
+                 and not self._fit_X.is_inference())
         self._reference_memo = ReferenceMemo() if owned else None
         if self._mode == "engine":
             self.__dict__.pop("_fit_method", None)

@@ -229,7 +229,7 @@ def test_the_dense_probe_samples_at_most_a_quarter_of_few_queries():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["uniform", "grid", "far"])
+@pytest.mark.parametrize("kind", ["uniform", "grid", "far", "host_queries"])
 def test_many_queries_against_few_references_are_probed_with_the_float64_order(kind, monkeypatch):
     """Past DENSE_UNPROBED_MAX_PAIRS pairs a search of few references is probed: continuous and integer data run
     fused, clusters far from the origin (float32 ties the float64 order must scan) dense; results equal the
@@ -248,7 +248,8 @@ def test_many_queries_against_few_references_are_probed_with_the_float64_order(k
         R, Q = ((1e3 + rng.standard_normal((n, d)) * 1e-3).astype(np.float32) for n in (n_ref, n_query))
     else:
         R, Q = (rng.random((n, d), dtype=np.float32) for n in (n_ref, n_query))
-    ref, query = torch.from_numpy(R).cuda(), torch.from_numpy(Q).cuda()
+    # a fitted estimator's references on the device, its queries in host memory (they stream to the search)
+    ref, query = torch.from_numpy(R).cuda(), torch.from_numpy(Q) if kind == "host_queries" else torch.from_numpy(Q).cuda()
     common = dict(exclude_self=False, device=torch.device("cuda"), budget_bytes=1 << 30, result_device=torch.device("cuda"),
                   backend="auto")
     stats = {}

@@ -208,6 +208,14 @@ def test_reference_memo_holds_for_the_same_tensor_unchanged_only():
     memo.put(ref, "y", 3)
     again = pickle.loads(pickle.dumps(memo))
     assert again.get(ref, "y") is None and memo.get(ref, "y") == 3
+    from gpumine._device_state import move_tensors
+
+    moved = move_tensors({"memo": memo}, torch.device("cpu"))["memo"]  # how estimators pickle their state
+    assert isinstance(moved, ReferenceMemo) and moved.get(ref, "y") is None and memo.get(ref, "y") == 3
+    with torch.inference_mode():  # inference tensors have no version counter: nothing is kept for them
+        frozen = torch.arange(6.0).reshape(3, 2)
+        memo.put(frozen, "z", 4)
+        assert memo.get(frozen, "z") is None and memo.ref_whole(frozen)
 
 
 @pytest.mark.gpu

@@ -152,9 +152,14 @@ class ReferenceMemo:
     learn once whether they hold whole numbers. An entry holds for the tensor it
     was made from, unchanged since (its version counter, storage and layout);
     anything else clears the memo. Only owned copies may have one: writes from
-    outside torch (DLPack, ``.data``) would not show in the version counter.
-    Pickled empty.
+    outside torch (DLPack, ``.data``) would not show in the version counter, nor
+    do writes to inference tensors (``torch.inference_mode``), for which nothing
+    is kept. Pickled (and moved between devices) empty. It holds the operands
+    (one to three times the data's size) as long as its owner holds the data.
     """
+
+    # a cache: moved between devices or pickled as a new, empty memo (see gpumine._device_state)
+    _cache_only = True
 
     def __init__(self):
         self._key = None
@@ -166,13 +171,15 @@ class ReferenceMemo:
 
     def get(self, ref: torch.Tensor, name):
         """The entry ``name`` for ``ref`` as it is now, or None."""
-        if self._key != self._tensor_key(ref):
+        if ref.is_inference() or self._key != self._tensor_key(ref):
             return None
         return self._entries.get(name)
 
     def put(self, ref: torch.Tensor, name, value, *, replaces=None) -> None:
         """Keep ``value`` as ``name`` for ``ref`` as it is now (clearing entries of other tensors or versions,
         and those whose names ``replaces(name)`` picks: one set of prepared operands at a time)."""
+        if ref.is_inference():  # no version counter to tell a write
+            return
         key = self._tensor_key(ref)
         if self._key != key:
             self._key, self._entries = key, {}

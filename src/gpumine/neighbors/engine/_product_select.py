@@ -170,13 +170,15 @@ def _verdict_key(ref: torch.Tensor, query: torch.Tensor, k: int):
 def _remembered_verdict(ref: torch.Tensor, query: torch.Tensor, k: int) -> str | None:
     """The probe's verdict for these references, k and kind of query (the name of the products taken,
     ``"float64"`` for none), if one is remembered."""
-    entry = _VERDICTS.get(id(ref))
+    entry = None if ref.is_inference() else _VERDICTS.get(id(ref))  # inference tensors: no version counter
     if entry is None or entry[0]() is not ref or entry[1] != _verdict_key(ref, query, k):
         return None
     return entry[2]
 
 
 def _remember_verdict(ref: torch.Tensor, query: torch.Tensor, k: int, verdict: str) -> None:
+    if ref.is_inference():
+        return
     _VERDICTS.pop(id(ref), None)
     for key in [key for key, entry in _VERDICTS.items() if entry[0]() is None]:  # references since freed
         del _VERDICTS[key]

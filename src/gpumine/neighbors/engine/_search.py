@@ -349,7 +349,7 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
     if ref.shape[0] >= DENSE_PROBE_SKIP_REFS_PER_QUERY * n_query:
         return False  # the probe's pass over the references would cost about what the search does
     picks = torch.linspace(0, n_query - 1, probe_rows(n_query), device=query.device).round().long().unique()
-    sample = query.index_select(0, picks)
+    sample = query.index_select(0, picks).to(device)  # host queries (they stream to the search) sampled onto the device
     # a self-search's sample keeps its own rows: one neighbour more (and one more for the float64 order)
     width = min(k + (1 if exclude_self else 0) + (1 if order64 else 0), ref.shape[0])
     probe_backend = backend
