@@ -145,8 +145,10 @@ def test_gpu_float64_scans_on_the_exact_selection_kernel_equal_the_torch_scan(se
     own row left out by id); lists and scores equal the torch scan's and the float64 oracle's, duplicates included."""
     skip_if_no_cuda("cuda")
     calls = []
-    real = _engine._exact_select_scan
-    monkeypatch.setattr(_engine, "_exact_select_scan", lambda *a: calls.append(a[2].numel()) or real(*a))
+    from gpumine.neighbors.engine import _float64_order
+
+    real = _float64_order._exact_select_scan
+    monkeypatch.setattr(_float64_order, "_exact_select_scan", lambda *a: calls.append(a[2].numel()) or real(*a))
     rng = np.random.default_rng(5)
     # a fine grid far from the origin: float32 scores collide where float64 ones differ
     X = (1.0 + rng.integers(0, 40, size=(3000, d)) * np.float32(2**-23)).astype(np.float32)
@@ -154,7 +156,7 @@ def test_gpu_float64_scans_on_the_exact_selection_kernel_equal_the_torch_scan(se
     Q = None if self_search else X[rng.permutation(3000)[:700]] + np.float32(2**-22)
     got = [_engine_search(X, Q, 9, "cuda", backend="triton") for _ in range(1)][0]
     assert calls and sum(calls) > 0
-    monkeypatch.setattr(_engine, "FLOAT64_SCAN_ON_KERNEL", False)
+    monkeypatch.setattr(_float64_order, "FLOAT64_SCAN_ON_KERNEL", False)
     want = _engine_search(X, Q, 9, "cuda", backend="triton")
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a.numpy(), b.numpy())

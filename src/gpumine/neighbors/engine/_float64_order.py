@@ -7,8 +7,9 @@ k + 1 neighbours; the k + 1 are re-scored in float64 and sorted by (float64 scor
 index); a row is final when its float64 k-th score is below anything a reference
 left out can score in float64 (the float32 (k+1)-th less its rounding bound).
 Rows left open (float32 ties or near-ties across the k-th place) get one float64
-exact scan over every reference. Data whose float32 scores are exact (integers
-of a small enough range) need none of this: float32 and float64 agree.
+exact scan over every reference (on a GPU, one exact-selection launch). Data whose
+float32 scores are exact (integers of a small enough range) need none of this:
+float32 and float64 agree. :func:`order_by_float64` does it to a search's lists.
 
 Work: the k + 1 search, (queries x (k + 1)) float64 re-scores, and for the open
 rows one float64 pass over the references.
@@ -19,11 +20,14 @@ from __future__ import annotations
 import torch
 
 from ...core.distance import Metric
-from ...core.tiles import iter_row_chunks
+from ...core.tiles import fits_on_device, iter_row_chunks, same_device
+from ._exact_select import exact_select_supports
+from ._exact_select_kernel import exact_select
 from ._host_summary import facts_of, summary_of
+from ._rerank import _exact_scan
 
 __all__ = ["FLOAT64_ORDER_METRICS", "float32_scores_exact", "exact_for_range", "needs_float64_order", "rescore", "certified_rows",
-           "Float64Tiles"]
+           "Float64Tiles", "float64_list_width", "order_by_float64", "FLOAT64_SCAN_ON_KERNEL"]
 
 # metrics whose float32 exact scores have a relative error bound (non-negative sums or maxima)
 FLOAT64_ORDER_METRICS = ("euclidean", "sqeuclidean", "manhattan", "chebyshev", "minkowski")
@@ -115,3 +119,70 @@ class Float64Tiles:
     def raw_tiles(self):
         for start, chunk in iter_row_chunks(self.ref, self.rows_per_tile, self.device):
             yield start, chunk.double()
+
+
+def float64_list_width(k: int, n_ref: int, exclude_self: bool) -> int:
+    """Neighbours searched for a float64-ordered top k: one more than k where the references have it."""
+    return min(k + 1, n_ref - (1 if exclude_self else 0))
+
+
+def order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_bytes, device, stats=None, max_open=None,
+                     kernel: bool = False):
+    """Float32 top-(k+1) lists to the float64-ordered top k on ``device``.
+
+    ``scores``/``index``: the engine's lists of :func:`float64_list_width` entries,
+    ordered by (float32 exact score, index). Returns ``(keys, index, reported)``:
+    float64 scores, indices, and those scores rounded to the lists' dtype (the
+    values the engine reports: the nearest float32 to each true score). Rows the float64 certificate leaves open get one
+    float64 exact scan (see :mod:`._float64_order`); with more than ``max_open``
+    of them, None instead (the caller's other path settles them). ``kernel``: the
+    scan may run on the exact-selection kernel (:func:`_exact_select_scan`).
+    """
+    scores, index = scores.to(device), index.to(device)
+    keys = rescore(query, ref, index, metric, torch.float64, budget_bytes)
+    # sort by (float64 key, index); the float32 scores follow their pairs
+    order = torch.argsort(index, dim=1, stable=True)
+    order = order.gather(1, torch.argsort(keys.gather(1, order), dim=1, stable=True))
+    keys, index = keys.gather(1, order), index.gather(1, order)
+    open_rows = torch.empty(0, dtype=torch.int64, device=device)
+    if index.shape[1] > k:  # else every reference is listed: nothing outside the list to beat
+        open_rows = (~certified_rows(keys, scores.amax(1), k, metric, ref.shape[1])).nonzero().squeeze(1)
+    if max_open is not None and open_rows.numel() > max_open:
+        return None
+    if open_rows.numel():
+        found = _exact_select_scan(ref, query, open_rows, k, metric, exclude_self, device) if kernel else None
+        if found is None:
+            rows_per_tile = max(1, budget_bytes // (8 * 4 * max(1, ref.shape[1])))
+            Q64 = query[open_rows.to(query.device)].to(device=device, dtype=torch.float64)
+            found = _exact_scan(Q64, open_rows, Float64Tiles(ref, rows_per_tile, device), metric, k, exclude_self,
+                                budget_bytes)
+        keys[open_rows, :k], index[open_rows, :k] = found
+    if stats is not None:
+        stats["rows_float64_scan"] = stats.get("rows_float64_scan", 0) + int(open_rows.numel())
+    keys = keys[:, :k].contiguous()
+    return keys, index[:, :k].contiguous(), keys.to(scores.dtype)
+
+
+# True: the float64 order's exact scans of open rows run on the exact-selection kernel where it
+# applies (one launch; the torch scan forms every pair's terms in float64 memory: 308 open rows of
+# an all-kNN of 262,144 x 64 took about 190 ms of its 339); False: the torch scan (same-run A/B timings)
+FLOAT64_SCAN_ON_KERNEL = True
+
+
+def _exact_select_scan(ref, query, rows, k, metric, exclude_self, device):
+    """``order_by_float64``'s float64 top k of query rows ``rows`` over every reference in one exact-selection
+    launch (float64 scores in ``Metric.exact_scores``' order, ties to the lower index), or None where it cannot run."""
+    n_ref, d = ref.shape
+    if not (FLOAT64_SCAN_ON_KERNEL and same_device(ref.device, device) and query.dtype == ref.dtype and n_ref < 2**31
+            and exact_select_supports(metric, ref.dtype, d, k, device, "auto", "exact")
+            and fits_on_device(2 * ref.numel() * ref.element_size(), device)):
+        return None
+    RT = ref.T.contiguous()
+    QT = query.index_select(0, rows.to(query.device)).to(device).T.contiguous()
+    if not exclude_self:
+        return exact_select(QT, RT, k, metric.name)
+    # each row's own reference left out by id: references in their own order, each query's scan
+    # starting at its own row
+    ids = rows.to(device=device, dtype=torch.int32)
+    return exact_select(QT, RT, k, metric.name, exclude_self=True, ref_ids=torch.arange(n_ref, dtype=torch.int32, device=device),
+                        query_ids=ids, anchors=ids)

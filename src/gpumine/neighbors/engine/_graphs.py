@@ -36,9 +36,8 @@ import torch
 
 from ...config import working_memory_bytes
 from ...core.distance import Metric
-from ._search import (_References, _Retries, _range_plan, finish_scores, first_pass, float64_list_width, order_by_float64,
-                      plan_search)
-from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range
+from ._search import _References, _Retries, _range_plan, finish_scores, first_pass, plan_search
+from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range, float64_list_width, order_by_float64
 from . import _dense
 from ._dense import (DenseReferences, candidates_for, dense_by_size, dense_eligible, integer_centre, integer_centre_on_device,
                      tile_dtype_for)

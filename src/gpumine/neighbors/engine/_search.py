@@ -44,8 +44,7 @@ import torch
 from ...utils._progress import Progress
 from ...core.distance import Metric
 from ...core.select import PAD_INDEX
-from ...core.tiles import (TilePlan, copy_to_device, copy_to_host, fits_on_device, iter_row_chunks, plan_tiles, same_device,
-                           tile_bytes)
+from ...core.tiles import TilePlan, copy_to_device, copy_to_host, iter_row_chunks, plan_tiles, same_device, tile_bytes
 from ._curve import _curve_applies
 from ._dense import dense_by_size, dense_eligible, dense_search, integer_centre
 from ._exact_select import (exact_select_applies, exact_select_first, exact_select_preferred, exact_select_search,
@@ -53,9 +52,9 @@ from ._exact_select import (exact_select_applies, exact_select_first, exact_sele
 from ._product_select import (product_select_first, product_select_if_integral, product_select_search,
                               product_select_supports)
 from ._duplicates import DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
-from ._exact_select_kernel import exact_select
 from ._exact_tile_kernel import exact_tile_scores, scores_within
-from ._float64_order import FLOAT64_ORDER_METRICS, Float64Tiles, certified_rows, needs_float64_order, rescore
+from ._float64_order import (FLOAT64_ORDER_METRICS, certified_rows, float64_list_width, needs_float64_order, order_by_float64,
+                             rescore)
 from ._fused_kernel import fused_candidates
 from ._host_summary import observe_copy
 from ._magnitude import arithmetic, magnitudes
@@ -438,73 +437,6 @@ def _search_ordered(ref, query, k, metric, exclude_self, order64, *, device, bud
     keys, index, _ = order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_bytes, device, stats,
                                       kernel=backend in ("auto", "triton"))
     return keys, index
-
-
-def float64_list_width(k: int, n_ref: int, exclude_self: bool) -> int:
-    """Neighbours searched for a float64-ordered top k: one more than k where the references have it."""
-    return min(k + 1, n_ref - (1 if exclude_self else 0))
-
-
-def order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_bytes, device, stats=None, max_open=None,
-                     kernel: bool = False):
-    """Float32 top-(k+1) lists to the float64-ordered top k on ``device``.
-
-    ``scores``/``index``: the engine's lists of :func:`float64_list_width` entries,
-    ordered by (float32 exact score, index). Returns ``(keys, index, reported)``:
-    float64 scores, indices, and those scores rounded to the lists' dtype (the
-    values the engine reports: the nearest float32 to each true score). Rows the float64 certificate leaves open get one
-    float64 exact scan (see :mod:`._float64_order`); with more than ``max_open``
-    of them, None instead (the caller's other path settles them). ``kernel``: the
-    scan may run on the exact-selection kernel (:func:`_exact_select_scan`).
-    """
-    scores, index = scores.to(device), index.to(device)
-    keys = rescore(query, ref, index, metric, torch.float64, budget_bytes)
-    # sort by (float64 key, index); the float32 scores follow their pairs
-    order = torch.argsort(index, dim=1, stable=True)
-    order = order.gather(1, torch.argsort(keys.gather(1, order), dim=1, stable=True))
-    keys, index = keys.gather(1, order), index.gather(1, order)
-    open_rows = torch.empty(0, dtype=torch.int64, device=device)
-    if index.shape[1] > k:  # else every reference is listed: nothing outside the list to beat
-        open_rows = (~certified_rows(keys, scores.amax(1), k, metric, ref.shape[1])).nonzero().squeeze(1)
-    if max_open is not None and open_rows.numel() > max_open:
-        return None
-    if open_rows.numel():
-        found = _exact_select_scan(ref, query, open_rows, k, metric, exclude_self, device) if kernel else None
-        if found is None:
-            rows_per_tile = max(1, budget_bytes // (8 * 4 * max(1, ref.shape[1])))
-            Q64 = query[open_rows.to(query.device)].to(device=device, dtype=torch.float64)
-            found = _exact_scan(Q64, open_rows, Float64Tiles(ref, rows_per_tile, device), metric, k, exclude_self,
-                                budget_bytes)
-        keys[open_rows, :k], index[open_rows, :k] = found
-    if stats is not None:
-        stats["rows_float64_scan"] = stats.get("rows_float64_scan", 0) + int(open_rows.numel())
-    keys = keys[:, :k].contiguous()
-    return keys, index[:, :k].contiguous(), keys.to(scores.dtype)
-
-
-# True: the float64 order's exact scans of open rows run on the exact-selection kernel where it
-# applies (one launch; the torch scan forms every pair's terms in float64 memory: 308 open rows of
-# an all-kNN of 262,144 x 64 took about 190 ms of its 339); False: the torch scan (same-run A/B timings)
-FLOAT64_SCAN_ON_KERNEL = True
-
-
-def _exact_select_scan(ref, query, rows, k, metric, exclude_self, device):
-    """``order_by_float64``'s float64 top k of query rows ``rows`` over every reference in one exact-selection
-    launch (float64 scores in ``Metric.exact_scores``' order, ties to the lower index), or None where it cannot run."""
-    n_ref, d = ref.shape
-    if not (FLOAT64_SCAN_ON_KERNEL and same_device(ref.device, device) and query.dtype == ref.dtype and n_ref < 2**31
-            and exact_select_supports(metric, ref.dtype, d, k, device, "auto", "exact")
-            and fits_on_device(2 * ref.numel() * ref.element_size(), device)):
-        return None
-    RT = ref.T.contiguous()
-    QT = query.index_select(0, rows.to(query.device)).to(device).T.contiguous()
-    if not exclude_self:
-        return exact_select(QT, RT, k, metric.name)
-    # each row's own reference left out by id: references in their own order, each query's scan
-    # starting at its own row
-    ids = rows.to(device=device, dtype=torch.int32)
-    return exact_select(QT, RT, k, metric.name, exclude_self=True, ref_ids=torch.arange(n_ref, dtype=torch.int32, device=device),
-                        query_ids=ids, anchors=ids)
 
 
 # Searches of fewer (query, reference) pairs skip the duplicate check: the sort costs more
