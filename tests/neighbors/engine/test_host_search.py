@@ -299,10 +299,14 @@ def _irregular(kind, n, d, rng, dtype):
 
 
 def _both_paths(monkeypatch, R, Q, k, metric, exclude_self, budget=BUDGET):
-    """cpu_search with every pair scored (the direct path) and with candidates (tree or products)."""
+    """cpu_search with every pair scored (the direct path), with products and the pairs they leave (the direct
+    path at short lists), and with candidates (tree or products)."""
+    from gpumine.neighbors.engine import _host_exact
+
     found = {}
-    for direct, limit in (("direct", 1 << 62), ("candidates", 0)):
+    for direct, limit, products in (("direct", 1 << 62, 0), ("direct_products", 1 << 62, 1 << 62), ("candidates", 0, 0)):
         monkeypatch.setattr(cpu_path, "DIRECT_MAX_TERMS", limit)
+        monkeypatch.setattr(_host_exact, "DIRECT_PRODUCTS_MAX_PAIRS", products)
         stats = {}
         Rt = torch.from_numpy(R)
         result = cpu_search(Rt, Rt if Q is None else torch.from_numpy(Q), k, get_metric(metric),
@@ -332,8 +336,9 @@ def test_direct_small_path_equals_the_candidate_paths_on_irregular_shapes(monkey
                     assert b[2]["backend"] != "cpu_direct"
                     if a[2]["backend"] != "cpu_direct":  # many copies: collapsed, not a direct search
                         assert a[2]["distinct_references"] < n
-                    np.testing.assert_array_equal(a[1], b[1], err_msg=f"{kind} {n}x{d} k={k}")
-                    np.testing.assert_array_equal(a[0].view(np.uint8), b[0].view(np.uint8))
+                    for other in (b, found["direct_products"]):
+                        np.testing.assert_array_equal(a[1], other[1], err_msg=f"{kind} {n}x{d} k={k}")
+                        np.testing.assert_array_equal(a[0].view(np.uint8), other[0].view(np.uint8))
             # and both against the contract itself
             ref_s, ref_i = exact_oracle(X, X, min(5, n - 1) or 1, metric, exclude_self=True) if n > 1 else (None, None)
             if ref_i is not None and (metric not in ("manhattan", "chebyshev") or d <= cpu_path.TREE_ONLY_MAX_FEATURES):
@@ -442,3 +447,33 @@ def test_selection_helpers_keep_the_tie_rule():
         sv, sc = _sorted_by_value(v32, np.broadcast_to(np.arange(m), X.shape) + 7)
         np.testing.assert_array_equal(sv, np.sort(v32, axis=1))
         np.testing.assert_array_equal(np.take_along_axis(v32, sc - 7, 1), sv)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "integers", "duplicates", "far", "huge", "tiny", "zeros"])
+@pytest.mark.parametrize("same", [True, False])
+@pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean"])
+def test_direct_products_equal_every_pairs_exact_scores(kind, same, metric):
+    """The small search from products and the exact scores of the pairs they cannot rule out gives every pair's
+    exact-score lists bit for bit, ties, duplicates and magnitudes far from one included."""
+    from gpumine.neighbors.engine._host_exact import _direct_products_search, _direct_search, direct_products_apply
+
+    rng = np.random.default_rng(3)
+    n, d = 150, 13
+    X = {"uniform": lambda: rng.random((n, d)),
+         "integers": lambda: rng.integers(0, 3, (n, d)).astype(np.float64),
+         "duplicates": lambda: np.repeat(rng.random((n // 10, d)), 10, axis=0),
+         "far": lambda: 1e6 + rng.random((n, d)) * 1e-4,
+         "huge": lambda: rng.random((n, d)) * 1e150,  # products past float64's range: every pair's scores
+         "tiny": lambda: rng.random((n, d)) * 1e-160,
+         "zeros": lambda: np.zeros((n, d))}[kind]()
+    Q = X if same else X[rng.permutation(n)[:70]] + rng.standard_normal((70, d)) * X.std()
+    m = get_metric(metric)
+    for K in (1, 6, 8):
+        assert direct_products_apply(m, Q.shape[0], n, d, K) == (K <= 6)
+        got = _direct_products_search(X, Q, K, m, BUDGET)
+        want = _direct_search(X, Q, K, m, BUDGET)
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0], want[0])
+    assert not direct_products_apply(m, 400, 400, d, 6)  # more pairs: the passes over every pair's product
+    assert not direct_products_apply(m, n, 60, d, 6)  # few references per neighbour
+    assert not direct_products_apply(get_metric("manhattan"), n, n, d, 6)

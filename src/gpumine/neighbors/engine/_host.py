@@ -79,7 +79,7 @@ import numpy as np
 import torch
 
 from ...core.distance import Metric
-from ._host_exact import _NUMPY_EXACT, _direct_search
+from ._host_exact import _NUMPY_EXACT, _direct_products_search, _direct_search, direct_products_apply
 from ._host_gemm import GEMM_MARGIN, _gemm_search, _Products, _smallest
 from ._host_threads import _one_torch_thread
 from ._host_tree import _TREE_P, TREE_MARGIN, _tree_search
@@ -149,7 +149,10 @@ def cpu_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *
     Qu = U if queries is refs else _float64_rows(query.detach().numpy(), queries.first)
     counters = {"rows_tie_complete": 0, "rows_exact_scan": 0}
     direct_limit = DIRECT_MAX_TERMS * (2 if path == "tree" else 1)  # a small tree costs more than small products
-    if refs.identity and metric.name in _NUMPY_EXACT and Qu.shape[0] * U.shape[0] * d <= direct_limit:
+    if refs.identity and direct_products_apply(metric, Qu.shape[0], U.shape[0], d, K):
+        path = "direct"  # small and short lists: products, and the exact scores of the pairs they leave
+        scores, index = _direct_products_search(U, Qu, K, metric, budget_bytes)
+    elif refs.identity and metric.name in _NUMPY_EXACT and Qu.shape[0] * U.shape[0] * d <= direct_limit:
         path = "direct"  # small: every pair's exact score, no candidates, no torch
         scores, index = _direct_search(U, Qu, K, metric, budget_bytes)
     else:

@@ -434,6 +434,73 @@ def _direct_search(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric, budget
     return scores, index
 
 
+# _direct_products_search: up to this many (query, reference) pairs and (query, reference,
+# feature) terms, at most this many neighbours per row, and at least this many references per
+# neighbour. There the products and the exact scores of a few pairs per row cost less than every
+# pair's exact score (or the products path's candidate machinery); with longer lists the pairs'
+# gathered scores cost more, and with more pairs the passes over the whole score matrix
+# (BENCHMARKS.md, "Design measurements quoted in the code")
+DIRECT_PRODUCTS_MAX_PAIRS = 1 << 16
+DIRECT_PRODUCTS_MAX_TERMS = 1 << 21
+DIRECT_PRODUCTS_MAX_K = 6
+DIRECT_PRODUCTS_REFS_PER_NEIGHBOUR = 12
+_U64 = 2.0**-53
+_SUBNORMAL_STEP = 2.0**-1074  # each rounding below float64's normal range errs by at most half of it
+
+
+def direct_products_apply(metric: Metric, n_q: int, n_u: int, d: int, K: int) -> bool:
+    """Whether a small L2 search runs :func:`_direct_products_search` (see ``DIRECT_PRODUCTS_MAX_TERMS``)."""
+    return (metric.name in ("euclidean", "sqeuclidean") and n_q * n_u <= DIRECT_PRODUCTS_MAX_PAIRS
+            and n_q * n_u * d <= DIRECT_PRODUCTS_MAX_TERMS and K <= DIRECT_PRODUCTS_MAX_K
+            and K * DIRECT_PRODUCTS_REFS_PER_NEIGHBOUR <= n_u)
+
+
+def _direct_products_search(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric, budget_bytes: int):
+    """:func:`_direct_search` for L2, from float64 products and the exact scores of the pairs they cannot rule out.
+
+    With centred rows ``x' = fl(x - m)``, ``y' = fl(y - m)`` (``m`` the reference
+    mean), the product score ``a = fl(|x'|^2 + |y'|^2 - 2 x'.y')`` and a pair's
+    exact score ``e`` (:meth:`Metric.exact_scores`, float64) differ by at most
+    ``E = 4 (d + 6) (u R^2 + t)`` (``u = 2^-53``, ``R = |x'| + |y'|``, ``t`` the
+    least subnormal, for roundings below the normal range): the centring moves the
+    true score ``s`` by at most ``3 u R^2``, the products' sums (any order) err by at
+    most ``gamma_{d+2} R^2``, and ``e`` by ``gamma_{d+2} s``. Per row, with
+    ``R`` taken at the largest reference norm, the K-th exact score is at most the
+    K-th product score plus ``E``; a reference whose product score is above that
+    plus ``E`` scores above it exactly and cannot be among the K. The others (at
+    least K per row) are scored exactly and ordered by (score, index): the same
+    lists and scores as every pair's exact scores, whatever the ties.
+    """
+    n_q = Qu.shape[0]
+    centre = U.mean(0)
+    Uc = U - centre
+    Qc = Uc if Qu is U else Qu - centre
+    uu = np.einsum("ij,ij->i", Uc, Uc)
+    qq = uu if Qc is Uc else np.einsum("ij,ij->i", Qc, Qc)
+    A = Qc @ Uc.T
+    A *= -2.0
+    A += qq[:, None]
+    A += uu[None, :]
+    reach = np.sqrt(qq) + np.sqrt(uu.max())
+    E = 4.0 * (Qu.shape[1] + 6) * (_U64 * reach * reach + _SUBNORMAL_STEP)
+    if not (np.isfinite(A).all() and np.isfinite(E).all()):  # products beyond float64's range: every pair
+        return _direct_search(U, Qu, K, metric, budget_bytes)
+    kth = np.partition(A, K - 1, axis=1)[:, K - 1]
+    rows, cols = _nonzero(A <= (kth + 2.0 * E)[:, None])
+    S = _exact_pairs(metric, Qu, U, _feature_major(metric, U), rows, cols, budget_bytes)
+    order = np.lexsort((cols, S, rows))  # by row, then (exact score, index)
+    counts = np.bincount(rows, minlength=n_q)
+    take = order[((np.cumsum(counts) - counts)[:, None] + np.arange(K)).reshape(-1)]
+    return S[take].reshape(n_q, K), cols[take].reshape(n_q, K)
+
+
+def _nonzero(mask: np.ndarray):
+    """np.nonzero of a boolean matrix (rows, columns: int64, row-major), from the flat positions (several times faster)."""
+    flat = np.flatnonzero(mask)
+    rows = flat // max(1, mask.shape[1])
+    return rows, flat - rows * mask.shape[1]
+
+
 def _first_columns(X: np.ndarray, c: int):
     """The ``c`` smallest entries of each row of ``X``: (values, int64 columns), columns ascending.
 

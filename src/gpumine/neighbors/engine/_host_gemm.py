@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from ...core.distance import Metric
-from ._host_exact import (_by_width, _exact_dense, _exact_pairs, _feature_major, _first_columns, _kth_scores, _Results,
-                          _row_counts, _rows_per_block, _scan)
+from ._host_exact import (_by_width, _exact_dense, _exact_pairs, _feature_major, _first_columns, _kth_scores, _nonzero,
+                          _Results, _row_counts, _rows_per_block, _scan)
 from ._host_threads import _PARALLEL_MIN_GEMM, _run_blocks, _split
 
 _U32 = 2.0**-24
@@ -453,10 +453,3 @@ def _band(A: np.ndarray, limit: np.ndarray, exact: bool, c: int, cap: int):
     narrow = _row_counts(mask) <= cap
     r, u = _nonzero(mask if narrow.all() else mask[narrow])
     return (np.flatnonzero(narrow)[r], u, None), np.flatnonzero(~narrow)
-
-
-def _nonzero(mask: np.ndarray):
-    """np.nonzero of a boolean matrix (rows, columns: int64, row-major), from the flat positions (several times faster)."""
-    flat = np.flatnonzero(mask)
-    rows = flat // max(1, mask.shape[1])
-    return rows, flat - rows * mask.shape[1]
