@@ -164,8 +164,9 @@ def order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_
 
 
 # True: the float64 order's exact scans of open rows run on the exact-selection kernel where it
-# applies (one launch; the torch scan forms every pair's terms in float64 memory: 308 open rows of
-# an all-kNN of 262,144 x 64 took about 190 ms of its 339); False: the torch scan (same-run A/B timings)
+# applies (one launch; the torch scan forms every pair's terms in float64 memory, which took most
+# of a wide all-kNN's time for a few hundred open rows: BENCHMARKS.md, "Design measurements quoted
+# in the code"); False: the torch scan (same-run A/B timings)
 FLOAT64_SCAN_ON_KERNEL = True
 
 
