@@ -42,7 +42,7 @@ from ._row_product_kernel import row_product, row_product_available, row_product
 from ._split_product import SPLIT_FLUSHED, SPLIT_ROUNDOFF, SPLIT_SUM_ROUNDING, split_product, split_rows, split_terms
 
 __all__ = ["DENSE_METRICS", "DENSE_MAX_PAIRS", "DENSE_MIN_FEATURES_ALWAYS", "dense_applies", "dense_by_size", "dense_eligible",
-           "dense_search", "DenseReferences", "ReferenceMemo", "block_scores", "first_pass", "settle", "integer_centre", "integer_centre_on_device", "tile_dtype_for", "candidates_for"]
+           "dense_search", "DenseReferences", "ReferenceMemo", "tensor_state", "block_scores", "first_pass", "settle", "integer_centre", "integer_centre_on_device", "tile_dtype_for", "candidates_for"]
 
 # metrics with a matrix-product tile form whose error Metric.bounds states
 DENSE_METRICS = ("euclidean", "sqeuclidean")
@@ -143,6 +143,12 @@ def _matmul_rounds_operands(device: torch.device) -> bool:
     return device.type == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32)
 
 
+def tensor_state(ref: torch.Tensor) -> tuple:
+    """What identifies a tensor's contents between calls, short of reading them: its version counter (moved by
+    every write through torch), storage, layout, dtype and device (inference tensors have no version counter)."""
+    return (ref._version, ref.data_ptr(), tuple(ref.shape), tuple(ref.stride()), ref.dtype, ref.device)
+
+
 class ReferenceMemo:
     """What searches learn and prepare from one reference tensor, kept by its owner between searches.
 
@@ -165,13 +171,9 @@ class ReferenceMemo:
         self._key = None
         self._entries: dict = {}
 
-    @staticmethod
-    def _tensor_key(ref: torch.Tensor):
-        return (ref._version, ref.data_ptr(), tuple(ref.shape), tuple(ref.stride()), ref.dtype, ref.device)
-
     def get(self, ref: torch.Tensor, name):
         """The entry ``name`` for ``ref`` as it is now, or None."""
-        if ref.is_inference() or self._key != self._tensor_key(ref):
+        if ref.is_inference() or self._key != tensor_state(ref):
             return None
         return self._entries.get(name)
 
@@ -180,7 +182,7 @@ class ReferenceMemo:
         and those whose names ``replaces(name)`` picks: one set of prepared operands at a time)."""
         if ref.is_inference():  # no version counter to tell a write
             return
-        key = self._tensor_key(ref)
+        key = tensor_state(ref)
         if self._key != key:
             self._key, self._entries = key, {}
         if replaces is not None:

@@ -21,7 +21,7 @@ import torch
 
 from ...core.distance import Metric
 from ...core.tiles import fits_on_device, iter_row_chunks, same_device
-from ._exact_select import exact_select_supports
+from ._exact_select import exact_select_supports, feature_major
 from ._exact_select_kernel import exact_select
 from ._host_summary import facts_of, summary_of
 from ._rerank import _exact_scan
@@ -178,8 +178,7 @@ def _exact_select_scan(ref, query, rows, k, metric, exclude_self, device):
             and exact_select_supports(metric, ref.dtype, d, k, device, "auto", "exact")
             and fits_on_device(2 * ref.numel() * ref.element_size(), device)):
         return None
-    RT = ref.T.contiguous()
-    QT = query.index_select(0, rows.to(query.device)).to(device).T.contiguous()
+    RT, QT = feature_major(ref, query.index_select(0, rows.to(query.device)), device)
     if not exclude_self:
         return exact_select(QT, RT, k, metric.name)
     # each row's own reference left out by id: references in their own order, each query's scan

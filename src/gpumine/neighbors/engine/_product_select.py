@@ -28,7 +28,7 @@ import weakref
 import torch
 
 from ...core.distance import Metric
-from ._dense import DenseReferences, ReferenceMemo, _matmul_rounds_operands, _rel, block_scores, dense_eligible, integer_centre, tile_dtype_for
+from ._dense import DenseReferences, ReferenceMemo, _matmul_rounds_operands, tensor_state, _rel, block_scores, dense_eligible, integer_centre, tile_dtype_for
 from ._exact_select import EXACT_SELECT_FIRST_FEATURES, feature_major
 from ._product_select_kernel import PRODUCT_SELECT_MAX_K, kept_candidates, product_select, product_select_available
 from ._row_product_kernel import row_product_available
@@ -114,7 +114,7 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
     device; float64 data keeps float64). ``integral=False``: the data holds
     other than whole numbers (known to the caller), so no integer centre is sought.
     ``memo``: the references' :class:`ReferenceMemo` (their owner's), which keeps
-    their prepared operands and whether they are whole numbers between searches.
+    their prepared operands between searches.
     """
     n_query, n_ref = query.shape[0], ref.shape[0]
     d = ref.shape[1]
@@ -124,8 +124,7 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
                 torch.empty((0, k), dtype=torch.int64, device=device))
     if ref.dtype == torch.float64:
         tile_dtype = torch.float64  # as dense_search: rounding float64 data first is outside the bound
-    whole = integral is not False and (memo is None or memo.ref_whole(ref))
-    centre = integer_centre(ref, query) if whole else None
+    centre = None if integral is False else integer_centre(ref, query)
     RT, QT = gather_layout(ref, query)
     refs = None
     if tile_dtype is None and centre is None and probes_float32(n_query, n_ref, device):
@@ -164,7 +163,7 @@ _VERDICTS_KEPT = 16
 
 
 def _verdict_key(ref: torch.Tensor, query: torch.Tensor, k: int):
-    return (ref._version, ref.data_ptr(), tuple(ref.shape), tuple(ref.stride()), ref.dtype, k, query is ref)
+    return (*tensor_state(ref), k, query is ref)
 
 
 def _remembered_verdict(ref: torch.Tensor, query: torch.Tensor, k: int) -> str | None:

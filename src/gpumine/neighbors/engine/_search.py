@@ -210,10 +210,11 @@ def knn_search(
         memo = None  # references copied for each search: nothing to keep
     if _runs_first(ref, query, device, float64_order):
         product = _product_select_first(ref, query, k, metric, device, backend, precision)
+        if product is not False and integral is None and memo is not None and not memo.ref_whole(ref):
+            integral = False  # what the references' owner learned once: no integer centre to seek
         if product is None:  # a larger search whose data decides: exact (integer) products run there
             ref, query = _resident(ref, query, device)
-            product = (integral is not False and (memo is None or memo.ref_whole(ref))
-                       and integer_centre(ref, query) is not None)
+            product = integral is not False and integer_centre(ref, query) is not None
         if product:
             first = functools.partial(product_select_search, integral=integral, memo=memo)
         elif (exact_select_supports(metric, ref.dtype, ref.shape[1], k, device, backend, precision)
