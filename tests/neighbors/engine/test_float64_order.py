@@ -162,3 +162,28 @@ def test_gpu_float64_scans_on_the_exact_selection_kernel_equal_the_torch_scan(se
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     _, oracle_i, _ = brute_force_knn(X, X if Q is None else Q, 9, exclude_self=self_search)
     np.testing.assert_array_equal(got[1].numpy(), oracle_i)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("self_search", [True, False])
+@pytest.mark.parametrize("d", [3, 20])
+def test_gpu_float64_rank_kernel_gives_the_torch_twins_searches(self_search, d, monkeypatch):
+    """The float64 re-score and order in one launch: the same lists and scores as the torch twin's, and the oracle's."""
+    skip_if_no_cuda("cuda")
+    from gpumine.neighbors.engine import _float64_order
+
+    calls = []
+    real = _float64_order.float64_rank
+    monkeypatch.setattr(_float64_order, "float64_rank", lambda *a: calls.append(a[2].shape) or real(*a))
+    rng = np.random.default_rng(6)
+    X = (1e3 + rng.standard_normal((2500, d)) * 1e-3).astype(np.float32)  # float32 near-ties
+    X[50:70] = X[3]
+    Q = None if self_search else (1e3 + rng.standard_normal((600, d)) * 1e-3).astype(np.float32)
+    got = _engine_search(X, Q, 6, "cuda", backend="triton")
+    assert calls
+    monkeypatch.setattr(_float64_order, "FLOAT64_RANK_ON_KERNEL", False)
+    want = _engine_search(X, Q, 6, "cuda", backend="triton")
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    _, oracle_i, _ = brute_force_knn(X, X if Q is None else Q, 6, exclude_self=self_search)
+    np.testing.assert_array_equal(got[1].numpy(), oracle_i)

@@ -51,3 +51,8 @@ def test_product_select_kernel_cases_under_the_triton_interpreter():
 @on_gpu_natively
 def test_row_product_kernel_cases_under_the_triton_interpreter():
     _run_interpreted("not slow", timeout=600, cases="triton_row_product_cases.py")
+
+
+@on_gpu_natively
+def test_float64_rank_kernel_cases_under_the_triton_interpreter():
+    _run_interpreted("not slow", timeout=600, cases="triton_float64_rank_cases.py")

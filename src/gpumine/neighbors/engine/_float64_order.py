@@ -23,11 +23,12 @@ from ...core.distance import Metric
 from ...core.tiles import fits_on_device, iter_row_chunks, same_device
 from ._exact_select import exact_select_supports, feature_major
 from ._exact_select_kernel import exact_select
+from ._float64_rank_kernel import float64_rank, float64_rank_supported, float64_rank_torch, rescore
 from ._host_summary import facts_of, summary_of
 from ._rerank import _exact_scan
 
 __all__ = ["FLOAT64_ORDER_METRICS", "float32_scores_exact", "exact_for_range", "needs_float64_order", "rescore", "certified_rows",
-           "Float64Tiles", "float64_list_width", "order_by_float64", "FLOAT64_SCAN_ON_KERNEL"]
+           "Float64Tiles", "float64_list_width", "order_by_float64", "FLOAT64_SCAN_ON_KERNEL", "FLOAT64_RANK_ON_KERNEL"]
 
 # metrics whose float32 exact scores have a relative error bound (non-negative sums or maxima)
 FLOAT64_ORDER_METRICS = ("euclidean", "sqeuclidean", "manhattan", "chebyshev", "minkowski")
@@ -74,24 +75,6 @@ def needs_float64_order(ref: torch.Tensor, query: torch.Tensor, metric: Metric) 
             and not float32_scores_exact(ref, query, metric))
 
 
-def rescore(query: torch.Tensor, ref: torch.Tensor, index: torch.Tensor, metric: Metric, dtype: torch.dtype,
-            budget_bytes: int) -> torch.Tensor:
-    """``metric.exact_scores`` in ``dtype`` of query row i against references ``index[i]`` (padding: +inf)."""
-    q, width = index.shape
-    d = ref.shape[1]
-    device = index.device
-    out = torch.empty((q, width), dtype=dtype, device=device)
-    step = max(1, min(q, budget_bytes // max(1, 4 * width * (d + 2) * torch.finfo(dtype).bits // 8)))
-    for s0 in range(0, q, step):
-        idx = index[s0 : s0 + step]
-        flat = idx.clamp(min=0).reshape(-1)
-        rows = ref.index_select(0, flat.to(ref.device)).to(device=device, dtype=dtype).view(*idx.shape, d)
-        Q = query[s0 : s0 + step].to(device=device, dtype=dtype)
-        scores = metric.exact_scores(Q, rows)
-        out[s0 : s0 + step] = torch.where(idx < 0, torch.full_like(scores, float("inf")), scores)
-    return out
-
-
 def certified_rows(scores64: torch.Tensor, last32: torch.Tensor, k: int, metric: Metric, d: int) -> torch.Tensor:
     """Rows whose float64 k-th score is below what any reference outside the list scores in float64.
 
@@ -136,14 +119,14 @@ def order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_
     values the engine reports: the nearest float32 to each true score). Rows the float64 certificate leaves open get one
     float64 exact scan (see :mod:`._float64_order`); with more than ``max_open``
     of them, None instead (the caller's other path settles them). ``kernel``: the
-    scan may run on the exact-selection kernel (:func:`_exact_select_scan`).
+    re-score and the scan may run on kernels (:func:`float64_rank`, :func:`_exact_select_scan`).
     """
     scores, index = scores.to(device), index.to(device)
-    keys = rescore(query, ref, index, metric, torch.float64, budget_bytes)
-    # sort by (float64 key, index); the float32 scores follow their pairs
-    order = torch.argsort(index, dim=1, stable=True)
-    order = order.gather(1, torch.argsort(keys.gather(1, order), dim=1, stable=True))
-    keys, index = keys.gather(1, order), index.gather(1, order)
+    # (float64 key, index); the float32 scores are only needed for their row maximum below
+    if kernel and FLOAT64_RANK_ON_KERNEL and float64_rank_supported(query, ref, index, metric.name):
+        keys, index = float64_rank(query, ref, index, metric.name)
+    else:
+        keys, index = float64_rank_torch(query, ref, index, metric, budget_bytes)
     open_rows = torch.empty(0, dtype=torch.int64, device=device)
     if index.shape[1] > k:  # else every reference is listed: nothing outside the list to beat
         open_rows = (~certified_rows(keys, scores.amax(1), k, metric, ref.shape[1])).nonzero().squeeze(1)
@@ -162,6 +145,11 @@ def order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_
     keys = keys[:, :k].contiguous()
     return keys, index[:, :k].contiguous(), keys.to(scores.dtype)
 
+
+# True: the float64 re-score and its order run in one launch where it applies (the torch
+# twin's gathers, elementwise passes and two stable sorts took most of a million-query search's
+# time after its candidate kernel: BENCHMARKS.md); False: the twin (same-run A/B timings)
+FLOAT64_RANK_ON_KERNEL = True
 
 # True: the float64 order's exact scans of open rows run on the exact-selection kernel where it
 # applies (one launch; the torch scan forms every pair's terms in float64 memory, which took most

@@ -322,7 +322,7 @@ def _ordered(entry: _CapturedSearch, found, k: int, metric: Metric, exclude_self
     if entry.integral and exact_for_range(metric, entry.ref_in.shape[1], *entry.span):
         return scores[:, :k].to(result_device, copy=True), index[:, :k].to(result_device, copy=True)
     ordered = order_by_float64(entry.ref_in, entry.query, scores, index, k, metric, exclude_self, budget_bytes,
-                               entry.sp.device, max_open=_GRAPH_MAX_OPEN_ROWS)
+                               entry.sp.device, max_open=_GRAPH_MAX_OPEN_ROWS, kernel=True)
     if ordered is None:
         return None
     _, index, scores = ordered
