@@ -129,3 +129,17 @@ def test_float64_data_and_large_k_go_elsewhere(launches):
     X32 = X.astype(np.float32)
     kneighbors(torch.from_numpy(X32).cuda(), k=100)
     assert not launches  # lists of 128 entries are not written in order by the kernel
+
+
+@pytest.mark.parametrize("shape", [(198, 33), (150, 128)])
+def test_tiny_searches_past_32_features_take_the_one_launch_path(shape, launches):
+    # WPBC's shape: a few thousand pairs of many features cost the kernel less than the products' launches
+    X = _data("integer grid", *shape, seed=4) + np.float32(0.25) * _data("float", *shape, seed=5)
+    d_gpu, i_gpu = kneighbors(torch.from_numpy(X).cuda(), k=5)
+    assert launches
+    d_cpu, i_cpu = kneighbors(X, k=5, device="cpu")
+    np.testing.assert_array_equal(i_gpu.cpu().numpy(), i_cpu)
+    np.testing.assert_array_equal(d_gpu.cpu().numpy(), d_cpu)
+    launches.clear()
+    kneighbors(torch.from_numpy(np.tile(X, (1, 2))[:, :129]).cuda(), k=5)
+    assert not launches  # past the kernel's features

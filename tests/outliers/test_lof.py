@@ -358,6 +358,7 @@ def test_repeated_small_fits_on_the_gpu_replay_the_search_graph_with_eager_resul
     # shapes the exact-selection kernel takes first run in one launch without a graph
     monkeypatch.setattr(_exact_select, "EXACT_SELECT_FIRST_PAIRS", 0)
     monkeypatch.setattr(_exact_select, "EXACT_SELECT_MANY_PAIRS", 0)
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_TINY_TERMS", 0)
     _graphs.clear_search_graphs()
     graph = [LocalOutlierFactor(n_neighbors=10, device="cuda").fit(X).negative_outlier_factor_ for X in sets]
     assert _graphs._graphs, "the repeated fits captured no search graph"

@@ -156,6 +156,7 @@ def test_dense_on_the_gpu_equals_the_host(name, monkeypatch):
     # shapes the exact-selection kernel would take first (see engine._exact_select) run dense here
     monkeypatch.setattr(_exact_select, "EXACT_SELECT_FIRST_PAIRS", 0)
     monkeypatch.setattr(_exact_select, "EXACT_SELECT_MANY_PAIRS", 0)
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_TINY_TERMS", 0)
     monkeypatch.setattr(_product_select, "PRODUCT_SELECT", False)  # wider ones on the product selection
     X = _data(name, np.random.default_rng(5))
     for k in (1, 20):

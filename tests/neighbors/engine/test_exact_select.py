@@ -30,6 +30,9 @@ def test_taken_first_by_shape():
     assert exact_select_first(80, 80, 19)  # every small search at up to 32 features
     assert exact_select_first(1 << 13, 1 << 13, 32)
     assert not exact_select_first(1 << 13, 1 << 13, 33)  # more features: the matrix-product paths
+    assert exact_select_first(198, 198, 33)  # unless the search is tiny (WPBC's all-kNN)
+    assert exact_select_first(100, 100, 128) and not exact_select_first(100, 100, 129)  # the kernel's features
+    assert not exact_select_first(1966, 1966, 1555)  # InternetAds: the products
     assert exact_select_first(49_534, 49_534, 27)  # mid-size with many queries
     assert not exact_select_first(100, 1 << 21, 8)  # few queries over many references: probed first
     assert not exact_select_first(1 << 18, 1 << 18, 8)  # large: fused or dense by a probe

@@ -159,6 +159,7 @@ def test_replayed_dense_searches_equal_the_eager_path(graphs, monkeypatch, kind,
     # shapes the exact-selection kernel would take first (one launch, no graph) run dense here
     monkeypatch.setattr(_exact_select, "EXACT_SELECT_FIRST_PAIRS", 0)
     monkeypatch.setattr(_exact_select, "EXACT_SELECT_MANY_PAIRS", 0)
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_TINY_TERMS", 0)
     monkeypatch.setattr(_product_select, "PRODUCT_SELECT", False)  # wider ones on the product selection
     kinds = {"mixed": ["ties", "gauss", "ties", "gauss"], "integer_then_float": ["ties", "ties", "gauss", "gauss"]}
     for call, data_kind in enumerate(kinds.get(kind, [kind] * 4)):

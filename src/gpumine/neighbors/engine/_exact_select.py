@@ -21,7 +21,7 @@ from ._magnitude import arithmetic
 
 __all__ = ["feature_major", "exact_select_supports", "exact_select_applies", "exact_select_preferred", "exact_select_first", "exact_select_search", "search_small", "EXACT_SELECT", "EXACT_SELECT_CURVE", "EXACT_SELECT_MIN_PAIRS", "EXACT_SELECT_CURVE_MIN_PAIRS",
            "EXACT_SELECT_PREFERRED_FEATURES", "EXACT_SELECT_FIRST_PAIRS", "EXACT_SELECT_FIRST_FEATURES",
-           "EXACT_SELECT_MANY_PAIRS", "EXACT_SELECT_MANY_MIN_QUERIES"]
+           "EXACT_SELECT_MANY_PAIRS", "EXACT_SELECT_MANY_MIN_QUERIES", "EXACT_SELECT_TINY_TERMS", "exact_select_tiny"]
 
 # False turns the path off, and EXACT_SELECT_CURVE its curve order (same-run A/B timings)
 EXACT_SELECT = True
@@ -46,6 +46,11 @@ EXACT_SELECT_FIRST_PAIRS = 1 << 26
 EXACT_SELECT_FIRST_FEATURES = 32
 EXACT_SELECT_MANY_PAIRS = 1 << 32
 EXACT_SELECT_MANY_MIN_QUERIES = 4096
+# Searches of at most this many float64 terms (pairs x features) go here first at any number of
+# features the kernel takes, ahead of the matrix-product path: the kernel's one launch against a
+# product, a selection and their operands' preparation (~30 launches), which set the time of a
+# search this small (WPBC's all-kNN, 198 x 33 features; BENCHMARKS.md)
+EXACT_SELECT_TINY_TERMS = 1 << 24
 # search_small keeps each query's references in one program (its lists are written in order): it
 # takes searches of at least SMALL_MIN_QUERIES queries, or of at most SMALL_MAX_UNSPLIT_REFERENCES
 # references; fewer queries over more references leave most of the GPU idle unsplit
@@ -84,10 +89,15 @@ def exact_select_preferred(n_query: int, n_ref: int, d: int) -> bool:
     return n_query * n_ref > EXACT_SELECT_MIN_PAIRS and d <= EXACT_SELECT_PREFERRED_FEATURES
 
 
+def exact_select_tiny(n_query: int, n_ref: int, d: int) -> bool:
+    """Whether a search is small enough to run here ahead of the matrix products (see ``EXACT_SELECT_TINY_TERMS``)."""
+    return n_query * n_ref * d <= EXACT_SELECT_TINY_TERMS and d <= EXACT_SELECT_MAX_FEATURES
+
+
 def exact_select_first(n_query: int, n_ref: int, d: int) -> bool:
     """Whether a search of this shape runs here before any other choice (see ``EXACT_SELECT_FIRST_PAIRS``)."""
     pairs = n_query * n_ref
-    return ((pairs <= EXACT_SELECT_FIRST_PAIRS and d <= EXACT_SELECT_FIRST_FEATURES)
+    return (exact_select_tiny(n_query, n_ref, d) or (pairs <= EXACT_SELECT_FIRST_PAIRS and d <= EXACT_SELECT_FIRST_FEATURES)
             or (pairs <= EXACT_SELECT_MANY_PAIRS and d <= EXACT_SELECT_PREFERRED_FEATURES
                 and n_query >= EXACT_SELECT_MANY_MIN_QUERIES))
 
@@ -162,9 +172,10 @@ def search_small(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric,
     """
     n_query, n_ref = query.shape[0], ref.shape[0]
     d = ref.shape[1]
-    # small: the first of exact_select_first's two shapes (every query block in one program)
+    # small: the first of exact_select_first's shapes, or a tiny one (every query block in one program)
     if not (ref.dtype == query.dtype == torch.float32 and n_query and n_ref > k - 1 + exclude_self
-            and n_query * n_ref <= EXACT_SELECT_FIRST_PAIRS and d <= EXACT_SELECT_FIRST_FEATURES
+            and ((n_query * n_ref <= EXACT_SELECT_FIRST_PAIRS and d <= EXACT_SELECT_FIRST_FEATURES)
+                 or exact_select_tiny(n_query, n_ref, d))
             and exact_select_supports(metric, torch.float32, d, k, device, backend, precision) and placed_supported(k, d)):
         return None
     if max(n_query, n_ref) > SMALL_MAX_ROWS:

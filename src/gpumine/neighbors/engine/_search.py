@@ -48,7 +48,7 @@ from ...core.tiles import TilePlan, copy_to_device, copy_to_host, iter_row_chunk
 from ._curve import _curve_applies
 from ._dense import dense_by_size, dense_eligible, dense_search, integer_centre
 from ._exact_select import (exact_select_applies, exact_select_first, exact_select_preferred, exact_select_search,
-                            exact_select_supports)
+                            exact_select_supports, exact_select_tiny)
 from ._product_select import (product_select_first, product_select_if_integral, product_select_search,
                               product_select_supports)
 from ._duplicates import DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
@@ -209,7 +209,9 @@ def knn_search(
     if memo is not None and not same_device(ref.device, device):
         memo = None  # references copied for each search: nothing to keep
     if _runs_first(ref, query, device, float64_order):
-        product = _product_select_first(ref, query, k, metric, device, backend, precision)
+        exact_here = exact_select_supports(metric, ref.dtype, ref.shape[1], k, device, backend, precision)
+        tiny = exact_here and exact_select_tiny(query.shape[0], ref.shape[0], ref.shape[1])
+        product = False if tiny else _product_select_first(ref, query, k, metric, device, backend, precision)
         if product is not False and integral is None and memo is not None and not memo.ref_whole(ref):
             integral = False  # what the references' owner learned once: no integer centre to seek
         if product is None:  # a larger search whose data decides: exact (integer) products run there
@@ -217,8 +219,7 @@ def knn_search(
             product = integral is not False and integer_centre(ref, query) is not None
         if product:
             first = functools.partial(product_select_search, integral=integral, memo=memo)
-        elif (exact_select_supports(metric, ref.dtype, ref.shape[1], k, device, backend, precision)
-              and exact_select_first(query.shape[0], ref.shape[0], ref.shape[1])):
+        elif exact_here and exact_select_first(query.shape[0], ref.shape[0], ref.shape[1]):
             first = exact_select_search
     if first is not None:
         ref, query = _resident(ref, query, device)
