@@ -141,5 +141,5 @@ def test_tiny_searches_past_32_features_take_the_one_launch_path(shape, launches
     np.testing.assert_array_equal(i_gpu.cpu().numpy(), i_cpu)
     np.testing.assert_array_equal(d_gpu.cpu().numpy(), d_cpu)
     launches.clear()
-    kneighbors(torch.from_numpy(np.tile(X, (1, 2))[:, :129]).cuda(), k=5)
+    kneighbors(torch.from_numpy(np.tile(X, (1, 4))[:, :129]).cuda(), k=5)
     assert not launches  # past the kernel's features
