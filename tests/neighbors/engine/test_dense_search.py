@@ -262,3 +262,53 @@ def test_many_queries_against_few_references_are_probed_with_the_float64_order(k
     want = knn_search(ref, query, 7, get_metric("euclidean"), **common)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_route_verdicts_are_remembered_per_unchanged_tensor(monkeypatch):
+    """The duplicate check runs once for the same unchanged reference tensor when it finds too few copies
+    (never remembered: the distinct rows it finds); a write through torch makes it run again."""
+    from gpumine.neighbors.engine import _search
+    from gpumine.neighbors.engine._duplicates import UniqueRows
+    from gpumine.neighbors.engine._verdicts import TensorVerdicts
+
+    calls = []
+    real = UniqueRows.find.__func__
+    monkeypatch.setattr(UniqueRows, "find", classmethod(lambda cls, X, *a: calls.append(X.shape) or real(cls, X, *a)))
+    monkeypatch.setattr(_search, "_FEW_COPIES", TensorVerdicts())
+    distinct = torch.from_numpy(np.random.default_rng(3).random((300, 4), dtype=np.float32))
+    copies = torch.zeros((300, 4))
+    assert _search._distinct_rows(distinct) is None and _search._distinct_rows(distinct) is None
+    assert len(calls) == 1
+    assert _search._distinct_rows(copies) is not None and _search._distinct_rows(copies) is not None
+    assert len(calls) == 3  # found rows are searched every time, never remembered
+    distinct[0] = 7.0  # written through torch: checked again
+    assert _search._distinct_rows(distinct) is None and len(calls) == 4
+    assert _search._distinct_rows(distinct[:200]) is None and len(calls) == 5  # a view is another tensor
+    inference = torch.inference_mode()(lambda: torch.rand((300, 4)))()
+    _search._distinct_rows(inference), _search._distinct_rows(inference)
+    assert len(calls) == 7  # no version counter: never remembered
+
+
+@pytest.mark.gpu
+def test_gpu_self_search_probes_once_per_unchanged_tensor():
+    """An all-kNN of the same unchanged device tensor reuses the dense-or-fused probe's verdict (same results);
+    after a write through torch it probes again."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    from gpumine.core.distance import get_metric
+    from gpumine.neighbors.engine._search import knn_search
+
+    X = torch.from_numpy(np.random.default_rng(12).random((1 << 17, 8), dtype=np.float32)).cuda()
+    common = dict(exclude_self=True, device=torch.device("cuda"), budget_bytes=1 << 30, result_device=torch.device("cuda"),
+                  backend="auto")
+    runs = []
+    for _ in range(2):
+        stats = {}
+        runs.append((knn_search(X, X, 7, get_metric("euclidean"), stats=stats, **common), stats))
+    assert "probe_rows" in runs[0][1] and runs[1][1].get("probe_remembered") and "probe_rows" not in runs[1][1]
+    for a, b in zip(runs[0][0], runs[1][0]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    X[0] += 1.0
+    stats = {}
+    knn_search(X, X, 7, get_metric("euclidean"), stats=stats, **common)
+    assert "probe_rows" in stats and not stats.get("probe_remembered")

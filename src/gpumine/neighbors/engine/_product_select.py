@@ -23,15 +23,14 @@ which products a large search takes. Results equal
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 from ...core.distance import Metric
-from ._dense import DenseReferences, ReferenceMemo, _matmul_rounds_operands, tensor_state, _rel, block_scores, dense_eligible, integer_centre, tile_dtype_for
+from ._dense import DenseReferences, ReferenceMemo, _matmul_rounds_operands, _rel, block_scores, dense_eligible, integer_centre, tile_dtype_for
 from ._exact_select import EXACT_SELECT_FIRST_FEATURES, feature_major
 from ._product_select_kernel import PRODUCT_SELECT_MAX_K, kept_candidates, product_select, product_select_available
 from ._row_product_kernel import row_product_available
+from ._verdicts import TensorVerdicts
 
 __all__ = ["product_select_supports", "product_select_first", "product_select_if_integral", "product_select_search", "select_block", "PRODUCT_SELECT",
            "PRODUCT_SELECT_MIN_FEATURES", "PRODUCT_SELECT_LARGE_MIN_FEATURES", "PRODUCT_SELECT_LARGE_MIN_PAIRS",
@@ -158,32 +157,18 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
 # estimator's fitted data on the device, repeated queries) probe once. A verdict chooses the products' precision
 # only; results are exact either way, and a float32 verdict that later queries do not bear out costs
 # their open rows' rescans.
-_VERDICTS: dict = {}
 _VERDICTS_KEPT = 16
-
-
-def _verdict_key(ref: torch.Tensor, query: torch.Tensor, k: int):
-    return (*tensor_state(ref), k, query is ref)
+_VERDICTS = TensorVerdicts(_VERDICTS_KEPT)
 
 
 def _remembered_verdict(ref: torch.Tensor, query: torch.Tensor, k: int) -> str | None:
     """The probe's verdict for these references, k and kind of query (the name of the products taken,
     ``"float64"`` for none), if one is remembered."""
-    entry = None if ref.is_inference() else _VERDICTS.get(id(ref))  # inference tensors: no version counter
-    if entry is None or entry[0]() is not ref or entry[1] != _verdict_key(ref, query, k):
-        return None
-    return entry[2]
+    return _VERDICTS.get(ref, (k, query is ref))
 
 
 def _remember_verdict(ref: torch.Tensor, query: torch.Tensor, k: int, verdict: str) -> None:
-    if ref.is_inference():
-        return
-    _VERDICTS.pop(id(ref), None)
-    for key in [key for key, entry in _VERDICTS.items() if entry[0]() is None]:  # references since freed
-        del _VERDICTS[key]
-    if len(_VERDICTS) >= _VERDICTS_KEPT:
-        _VERDICTS.pop(next(iter(_VERDICTS)))
-    _VERDICTS[id(ref)] = (weakref.ref(ref), _verdict_key(ref, query, k), verdict)
+    _VERDICTS.put(ref, (k, query is ref), verdict)
 
 
 def _float32_references(ref, query, RT, k, metric, exclude_self, stats, memo=None) -> DenseReferences | None:

@@ -51,7 +51,7 @@ from ._exact_select import (exact_select_applies, exact_select_first, exact_sele
                             exact_select_supports, exact_select_tiny)
 from ._product_select import (product_select_first, product_select_if_integral, product_select_search,
                               product_select_supports)
-from ._duplicates import DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
+from ._duplicates import DEDUP_MAX_FRACTION, DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
 from ._exact_tile_kernel import exact_tile_scores, scores_within
 from ._float64_order import (FLOAT64_ORDER_METRICS, certified_rows, float64_list_width, needs_float64_order, order_by_float64,
                              rescore)
@@ -60,6 +60,7 @@ from ._host_summary import observe_copy
 from ._magnitude import arithmetic, magnitudes
 from ._plan import _KERNEL_PRECISION, SearchPlan, _fits_resident, _scores_directly, candidate_count, plan_search
 from ._references import _References
+from ._verdicts import TensorVerdicts
 from ._rerank import _exact_scan, _rerank
 
 __all__ = ["knn_search"]
@@ -240,7 +241,7 @@ def knn_search(
     order64 = float64_order and needs_float64_order(ref, query, metric)
     if _dense_eligible(ref, metric, float64_order, device, backend, precision) and not same_device(ref.device, device):
         ref, query = _resident(ref, query, device)  # dense searches keep the references on the device
-    unique = UniqueRows.find(ref) if dedupe and _dedup_applies(ref, query, k, metric, device, exclude_self) else None
+    unique = _distinct_rows(ref) if dedupe and _dedup_applies(ref, query, k, metric, device, exclude_self) else None
     if unique is not None:  # the distinct rows' search decides for itself whether it runs dense
         keys, index = _search_unique(unique, query, k, metric, exclude_self=exclude_self, order64=order64,
                                      float64_order=float64_order, **engine)
@@ -349,6 +350,14 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
         return True
     if ref.shape[0] >= DENSE_PROBE_SKIP_REFS_PER_QUERY * n_query:
         return False  # the probe's pass over the references would cost about what the search does
+    # a self-search's verdict is the data's: remembered for the same unchanged tensor (see ._verdicts)
+    key = (k, metric.name, metric.p, exclude_self, order64, float64_order, backend, precision, engine["budget_bytes"],
+           deduplicated, DENSE_PROBE_ROWS, DENSE_PROBE_MAX_OPEN)
+    remembered = _DENSE_VERDICTS.get(ref, key) if query is ref else None
+    if remembered is not None:
+        if engine["stats"] is not None:
+            engine["stats"].update(probe_remembered=True)
+        return remembered
     picks = torch.linspace(0, n_query - 1, probe_rows(n_query), device=query.device).round().long().unique()
     sample = query.index_select(0, picks).to(device)  # host queries (they stream to the search) sampled onto the device
     # a self-search's sample keeps its own rows: one neighbour more (and one more for the float64 order)
@@ -377,7 +386,29 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
     n_open = int(open_rows.sum())
     if engine["stats"] is not None:
         engine["stats"].update(probe_rows=int(sample.shape[0]), probe_rows_open=n_open)
-    return n_open > DENSE_PROBE_MAX_OPEN * sample.shape[0]
+    verdict = n_open > DENSE_PROBE_MAX_OPEN * sample.shape[0]
+    if query is ref:
+        _DENSE_VERDICTS.put(ref, key, verdict)
+    return verdict
+
+
+# The dense-or-fused probe's verdicts on self-searches, by reference tensor (see ._verdicts): an
+# all-kNN of the same unchanged tensor probes once (queries other than the references decide too,
+# so their searches probe every time)
+_DENSE_VERDICTS = TensorVerdicts()
+# The duplicate check's "too few copies", by reference tensor; never the distinct rows it finds,
+# which a write from outside torch would make wrong rather than slow
+_FEW_COPIES = TensorVerdicts()
+
+
+def _distinct_rows(ref: torch.Tensor) -> UniqueRows | None:
+    """``UniqueRows.find(ref)``, skipped where the same unchanged tensor was found to hold too few copies."""
+    if _FEW_COPIES.get(ref, DEDUP_MAX_FRACTION):
+        return None
+    found = UniqueRows.find(ref)
+    if found is None:
+        _FEW_COPIES.put(ref, DEDUP_MAX_FRACTION, True)
+    return found
 
 
 # Queries sampled to choose between the fused kernel and a dense search (see _runs_dense), and
