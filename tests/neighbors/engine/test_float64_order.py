@@ -137,6 +137,24 @@ def test_gpu_graph_replays_give_the_eager_results_on_tie_heavy_float_data():
             np.testing.assert_array_equal(d.view(np.int32), want_d.view(np.int32))
 
 
+def _kernel_path_equals_the_torch_path(X, Q, k, kernel: str, flag: str, monkeypatch):
+    """A GPU search through ``_float64_order``'s ``kernel`` (which must run) against the same search with ``flag``
+    off: equal lists and scores, and the float64 oracle's indices."""
+    from gpumine.neighbors.engine import _float64_order
+
+    calls = []
+    real = getattr(_float64_order, kernel)
+    monkeypatch.setattr(_float64_order, kernel, lambda *a: calls.append(a[2].shape) or real(*a))
+    got = _engine_search(X, Q, k, "cuda", backend="triton")
+    assert calls
+    monkeypatch.setattr(_float64_order, flag, False)
+    want = _engine_search(X, Q, k, "cuda", backend="triton")
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    _, oracle_i, _ = brute_force_knn(X, X if Q is None else Q, k, exclude_self=Q is None)
+    np.testing.assert_array_equal(got[1].numpy(), oracle_i)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("self_search", [True, False])
 @pytest.mark.parametrize("d", [2, 40])
@@ -144,24 +162,12 @@ def test_gpu_float64_scans_on_the_exact_selection_kernel_equal_the_torch_scan(se
     """Rows the float64 order leaves open are scanned in one exact-selection launch on a GPU (a self-search's
     own row left out by id); lists and scores equal the torch scan's and the float64 oracle's, duplicates included."""
     skip_if_no_cuda("cuda")
-    calls = []
-    from gpumine.neighbors.engine import _float64_order
-
-    real = _float64_order._exact_select_scan
-    monkeypatch.setattr(_float64_order, "_exact_select_scan", lambda *a: calls.append(a[2].numel()) or real(*a))
     rng = np.random.default_rng(5)
     # a fine grid far from the origin: float32 scores collide where float64 ones differ
     X = (1.0 + rng.integers(0, 40, size=(3000, d)) * np.float32(2**-23)).astype(np.float32)
     X[100:140] = X[7]  # duplicate rows beyond k, the own row among them
     Q = None if self_search else X[rng.permutation(3000)[:700]] + np.float32(2**-22)
-    got = [_engine_search(X, Q, 9, "cuda", backend="triton") for _ in range(1)][0]
-    assert calls and sum(calls) > 0
-    monkeypatch.setattr(_float64_order, "FLOAT64_SCAN_ON_KERNEL", False)
-    want = _engine_search(X, Q, 9, "cuda", backend="triton")
-    for a, b in zip(got, want):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
-    _, oracle_i, _ = brute_force_knn(X, X if Q is None else Q, 9, exclude_self=self_search)
-    np.testing.assert_array_equal(got[1].numpy(), oracle_i)
+    _kernel_path_equals_the_torch_path(X, Q, 9, "_exact_select_scan", "FLOAT64_SCAN_ON_KERNEL", monkeypatch)
 
 
 @pytest.mark.gpu
@@ -170,20 +176,8 @@ def test_gpu_float64_scans_on_the_exact_selection_kernel_equal_the_torch_scan(se
 def test_gpu_float64_rank_kernel_gives_the_torch_twins_searches(self_search, d, monkeypatch):
     """The float64 re-score and order in one launch: the same lists and scores as the torch twin's, and the oracle's."""
     skip_if_no_cuda("cuda")
-    from gpumine.neighbors.engine import _float64_order
-
-    calls = []
-    real = _float64_order.float64_rank
-    monkeypatch.setattr(_float64_order, "float64_rank", lambda *a: calls.append(a[2].shape) or real(*a))
     rng = np.random.default_rng(6)
     X = (1e3 + rng.standard_normal((2500, d)) * 1e-3).astype(np.float32)  # float32 near-ties
     X[50:70] = X[3]
     Q = None if self_search else (1e3 + rng.standard_normal((600, d)) * 1e-3).astype(np.float32)
-    got = _engine_search(X, Q, 6, "cuda", backend="triton")
-    assert calls
-    monkeypatch.setattr(_float64_order, "FLOAT64_RANK_ON_KERNEL", False)
-    want = _engine_search(X, Q, 6, "cuda", backend="triton")
-    for a, b in zip(got, want):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
-    _, oracle_i, _ = brute_force_knn(X, X if Q is None else Q, 6, exclude_self=self_search)
-    np.testing.assert_array_equal(got[1].numpy(), oracle_i)
+    _kernel_path_equals_the_torch_path(X, Q, 6, "float64_rank", "FLOAT64_RANK_ON_KERNEL", monkeypatch)
