@@ -181,3 +181,15 @@ def test_gpu_float64_rank_kernel_gives_the_torch_twins_searches(self_search, d, 
     X[50:70] = X[3]
     Q = None if self_search else (1e3 + rng.standard_normal((600, d)) * 1e-3).astype(np.float32)
     _kernel_path_equals_the_torch_path(X, Q, 6, "float64_rank", "FLOAT64_RANK_ON_KERNEL", monkeypatch)
+
+
+def test_cpu_engine_with_the_automatic_backend_orders_by_float64_without_triton_kernels():
+    """A CPU search that reaches the float64 order with backend="auto" (a prefix self-search, which the host
+    search declines) keeps to torch: Triton is installed for the tests but cannot launch on the CPU."""
+    rng = np.random.default_rng(8)
+    X = (1e3 + rng.standard_normal((900, 5)) * 1e-3).astype(np.float32)
+    t = torch.from_numpy(X)
+    d, i = _engine.knn_search(t, t[:500], 5, get_metric("euclidean"), exclude_self=True, device=torch.device("cpu"),
+                              budget_bytes=1 << 24, result_device=torch.device("cpu"), backend="auto", as_distance=True)
+    _, oracle_i, _ = brute_force_knn(X, X[:500], 5, exclude_self=True)
+    np.testing.assert_array_equal(i.numpy(), oracle_i)

@@ -95,3 +95,23 @@ def test_empty_rows_and_arguments_checked_with_the_fix_named():
         float64_rank(torch.zeros((2, 3), device=DEVICE), r, wide[:, :3], "cosine")
     with pytest.raises(ValueError, match="int64"):
         float64_rank(torch.zeros((2, 3), device=DEVICE), r, wide[:, :3].int(), "sqeuclidean")
+
+
+def test_one_entry_strided_queries_repeated_candidates_and_nan_scores():
+    rng = np.random.default_rng(3)
+    R = rng.random((50, 5), dtype=np.float32)
+    Q = rng.random((9 * SCALE, 5), dtype=np.float32)
+    _check(Q, R, _lists(rng, Q.shape[0], 50, 1, padded=True), "sqeuclidean")  # one entry per row
+    index = _lists(rng, Q.shape[0], 50, 6, padded=False)
+    index[:, 3] = index[:, 1]  # a candidate listed twice: its copies keep their order
+    _check(Q, R, index, "manhattan")
+    q, r, i = torch.tensor(Q, device=DEVICE), torch.tensor(R, device=DEVICE), torch.tensor(index, device=DEVICE)
+    strided = torch.tensor(np.asfortranarray(Q), device=DEVICE).T.contiguous().T  # features not consecutive
+    for got, want in zip(float64_rank(strided, r, i, "sqeuclidean"), float64_rank_torch(q, r, i, "sqeuclidean")):
+        assert torch.equal(got.cpu(), want.cpu())
+    # a NaN score (data the API refuses) sorts last, as in the twin's sorts
+    r[7, 2] = float("nan")
+    i[:, 0] = 7
+    for got, want in zip(float64_rank(q, r, i, "sqeuclidean"), float64_rank_torch(q, r, i, "sqeuclidean")):
+        assert torch.equal(got.cpu(), want.cpu()) or torch.allclose(got.cpu().double(), want.cpu().double(), equal_nan=True)
+    assert (float64_rank(q, r, i, "sqeuclidean")[1][:, -1] == 7).all()

@@ -32,7 +32,8 @@ _METRICS = ("euclidean", "sqeuclidean")
 # EXACT_SELECT_FIRST_FEATURES features when they have at most EXACT_SELECT_FIRST_PAIRS pairs, and at
 # up to EXACT_SELECT_PREFERRED_FEATURES features up to EXACT_SELECT_MANY_PAIRS pairs when they have
 # at least EXACT_SELECT_MANY_MIN_QUERIES queries (enough programs to fill the GPU without splitting
-# the references). Of the larger searches that run dense (tie-heavy ones the fused kernel cannot
+# the references), and at up to the kernel's EXACT_SELECT_MAX_FEATURES when tiny (EXACT_SELECT_TINY_TERMS
+# below). Of the larger searches that run dense (tie-heavy ones the fused kernel cannot
 # certify, distinct rows of duplicated data), those at up to EXACT_SELECT_PREFERRED_FEATURES
 # features run here too. The kernel's pace is set by its insertions and its float64 terms; the
 # matrix-product paths win at many features. From EXACT_SELECT_CURVE_MIN_PAIRS pairs the rows go

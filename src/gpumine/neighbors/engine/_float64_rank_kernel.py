@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import torch
 
+from ...config import triton_available
 from ...core.distance import EXACT_SUM_CHUNK, Metric, get_metric
+from ...core.tiles import unit_row_stride
 
 try:
     import triton
@@ -41,10 +43,10 @@ _COMPARISONS_PER_PROGRAM = 1 << 13
 if triton is not None:
 
     @triton.jit
-    def _term64(q_at, ref_at, f, stride_q_f, stride_r_f, row_ok, inside, MANHATTAN: tl.constexpr):
-        """Feature ``f``'s float64 term of every (row, candidate) pair."""
-        q = tl.load(q_at + f * stride_q_f, mask=row_ok, other=0.0).to(tl.float64)
-        r = tl.load(ref_at + f * stride_r_f, mask=inside, other=0.0).to(tl.float64)
+    def _term64(q_at, ref_at, f, row_ok, listed, MANHATTAN: tl.constexpr):
+        """Feature ``f``'s float64 term of every (row, candidate) pair (features are consecutive in memory)."""
+        q = tl.load(q_at + f, mask=row_ok, other=0.0).to(tl.float64)
+        r = tl.load(ref_at + f, mask=listed, other=0.0).to(tl.float64)
         diff = q[:, None] - r
         if MANHATTAN:
             return tl.abs(diff)
@@ -54,7 +56,7 @@ if triton is not None:
     def _float64_rank_kernel(
         Q, R, IDX, OUT_S, OUT_I,
         n_rows, width, d, n_chunks,
-        stride_q_r, stride_q_f, stride_r_r, stride_r_f, stride_idx, stride_out,
+        stride_q_r, stride_r_r, stride_idx, stride_out,
         D: tl.constexpr, CHUNK: tl.constexpr, MANHATTAN: tl.constexpr, BLOCK_ROWS: tl.constexpr, W: tl.constexpr,
     ):
         # D > 0: D <= CHUNK features, one unrolled left-to-right sum. D == 0: d features at
@@ -66,33 +68,39 @@ if triton is not None:
         inside = row_ok[:, None] & col_ok[None, :]
         rows64 = rows.to(tl.int64)
         idx = tl.load(IDX + rows64[:, None] * stride_idx + cols[None, :], mask=inside, other=-1)
+        listed = inside & (idx >= 0)  # padding reads no reference row
         ref_at = R + tl.where(idx < 0, 0, idx) * stride_r_r
         q_at = Q + rows64 * stride_q_r
         s = tl.zeros((BLOCK_ROWS, W), tl.float64)
         if D > 0:
             for f in tl.static_range(D):
-                s = s + _term64(q_at, ref_at, f, stride_q_f, stride_r_f, row_ok, inside, MANHATTAN)
+                s = s + _term64(q_at, ref_at, f, row_ok, listed, MANHATTAN)
         else:
             # whole chunks, each summed left to right from 0.0 (0.0 + t == t for the
             # non-negative terms), then added to the running total
             for c in range(0, n_chunks):
                 part = tl.zeros((BLOCK_ROWS, W), tl.float64)
                 for j in tl.static_range(CHUNK):
-                    part = part + _term64(q_at, ref_at, c * CHUNK + j, stride_q_f, stride_r_f, row_ok, inside, MANHATTAN)
+                    part = part + _term64(q_at, ref_at, c * CHUNK + j, row_ok, listed, MANHATTAN)
                 s = s + part
             part = tl.zeros((BLOCK_ROWS, W), tl.float64)  # the tail chunk (empty: s + 0.0 == s)
             for f in range(n_chunks * CHUNK, d):
-                part = part + _term64(q_at, ref_at, f, stride_q_f, stride_r_f, row_ok, inside, MANHATTAN)
+                part = part + _term64(q_at, ref_at, f, row_ok, listed, MANHATTAN)
             s = s + part
         s = tl.where(idx < 0, float("inf"), s)
-        # place of entry i: the entries j before it by (score, index, position)
+        # place of entry i: the entries j before it by (NaN last, score, index, position), the
+        # order of the twin's stable sorts (a NaN score, from data the API refuses, sorts last)
+        nan = s != s
+        s = tl.where(nan, 0.0, s)
         s_i, s_j = s[:, :, None], s[:, None, :]
+        n_i, n_j = nan[:, :, None], nan[:, None, :]
         i_i, i_j = idx[:, :, None], idx[:, None, :]
         p_i, p_j = cols[None, :, None], cols[None, None, :]
-        before = (s_j < s_i) | ((s_j == s_i) & ((i_j < i_i) | ((i_j == i_i) & (p_j < p_i))))
+        same_kind = n_j == n_i
+        before = (n_i & ~n_j) | (same_kind & ((s_j < s_i) | ((s_j == s_i) & ((i_j < i_i) | ((i_j == i_i) & (p_j < p_i))))))
         place = tl.sum((before & col_ok[None, None, :]).to(tl.int32), 2)
         out = rows64[:, None] * stride_out + place
-        tl.store(OUT_S + out, s, mask=inside)
+        tl.store(OUT_S + out, tl.where(nan, float("nan"), s), mask=inside)
         tl.store(OUT_I + out, idx, mask=inside)
 
 
@@ -116,8 +124,9 @@ def rescore(query: torch.Tensor, ref: torch.Tensor, index: torch.Tensor, metric:
 
 def float64_rank_supported(query: torch.Tensor, ref: torch.Tensor, index: torch.Tensor, metric_name: str) -> bool:
     """Whether :func:`float64_rank` takes these operands (else use :func:`float64_rank_torch`)."""
-    return (triton is not None and metric_name in FLOAT64_RANK_METRICS and query.dtype == torch.float32
-            and ref.dtype == torch.float32 and query.device == ref.device == index.device and query.dim() == ref.dim() == 2
+    return (triton is not None and triton_available(index.device) and metric_name in FLOAT64_RANK_METRICS
+            and query.dtype == torch.float32 and ref.dtype == torch.float32 and index.dtype == torch.int64
+            and query.device == ref.device == index.device and query.dim() == ref.dim() == 2
             and query.shape[1] == ref.shape[1] >= 1 and index.dim() == 2 and index.shape[0] == query.shape[0]
             and 1 <= index.shape[1] <= FLOAT64_RANK_MAX_WIDTH)
 
@@ -144,7 +153,8 @@ def float64_rank(query: torch.Tensor, ref: torch.Tensor, index: torch.Tensor, me
     Parameters
     ----------
     query : float32 tensor (n, d)
-    ref : float32 tensor (n_ref, d), on ``query``'s device, any strides
+    ref : float32 tensor (n_ref, d), on ``query``'s device; either at any row stride (copied where
+        a row's features are not consecutive)
     index : int64 tensor (n, width)
         Each row's candidate references, ``-1`` for padding; ``width`` at most
         ``FLOAT64_RANK_MAX_WIDTH``.
@@ -173,6 +183,8 @@ def float64_rank(query: torch.Tensor, ref: torch.Tensor, index: torch.Tensor, me
     if n == 0:
         return scores, ordered
     index = index.contiguous()
+    # features consecutive (the kernel's feature offsets stay small); rows at any stride
+    query, ref = unit_row_stride(query), unit_row_stride(ref)
     if not index.is_cuda:  # the CPU interpreter wants resizable storage, not views of NumPy-backed memory
         query, ref = query.clone(), ref.clone()
     W = max(2, triton.next_power_of_2(width))
@@ -181,7 +193,7 @@ def float64_rank(query: torch.Tensor, ref: torch.Tensor, index: torch.Tensor, me
     _float64_rank_kernel[(triton.cdiv(n, block_rows),)](
         query, ref, index, scores, ordered,
         n, width, d, d // EXACT_SUM_CHUNK,
-        query.stride(0), query.stride(1), ref.stride(0), ref.stride(1), index.stride(0), width,
+        query.stride(0), ref.stride(0), index.stride(0), width,
         D=d if unrolled else 0, CHUNK=EXACT_SUM_CHUNK, MANHATTAN=metric_name == "manhattan", BLOCK_ROWS=block_rows, W=W,
         num_warps=4, enable_fp_fusion=False,
     )

@@ -29,7 +29,7 @@ kernel's first pass leaves more than a few rows of a sample open
 dense, large ones at few features run on the exact-selection kernel instead
 (:mod:`._exact_select`: float64 scores selected in one launch, no certificate).
 Before any of these choices, small and mid-size L2 searches go straight to the
-exact-selection kernel at up to 32 features and to the product selection past
+exact-selection kernel at up to 32 features (tiny ones at up to 128) and to the product selection past
 that (:mod:`._product_select`: one product and one or two selection launches per query
 block, its certificate inside the kernel).
 """
@@ -55,6 +55,7 @@ from ._duplicates import DEDUP_MAX_FRACTION, DEDUP_METRICS, UniqueRows, drop_sel
 from ._exact_tile_kernel import exact_tile_scores, scores_within
 from ._float64_order import (FLOAT64_ORDER_METRICS, certified_rows, float64_list_width, needs_float64_order, order_by_float64,
                              rescore)
+from . import _float64_order
 from ._float64_rank_kernel import float64_rank, float64_rank_supported
 from ._fused_kernel import fused_candidates
 from ._host_summary import observe_copy
@@ -206,7 +207,7 @@ def knn_search(
     # Final float64 scores whatever the ties, with no float64-order check, duplicate search, probe
     # or certificate first: wide data, and large searches at more than one chunk of features, on
     # one product and one or two selection launches per query block (._product_select); the others at few
-    # features in one launch (._exact_select).
+    # features, and tiny ones at up to 128, in one launch (._exact_select).
     first = None
     if memo is not None and not same_device(ref.device, device):
         memo = None  # references copied for each search: nothing to keep
@@ -382,7 +383,7 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
         # and the float64 order's certificate (see order_by_float64): data whose float32 scores
         # tie where float64 ones differ (clusters far from the origin) passes the first pass's
         # certificate, then leaves its rows to float64 scans, several times the dense search's time
-        if float64_rank_supported(sample, ref, index, metric.name):  # the probe's search ran fused: Triton is here
+        if _float64_order.FLOAT64_RANK_ON_KERNEL and float64_rank_supported(sample, ref, index, metric.name):
             keys = float64_rank(sample, ref, index, metric.name)[0]
         else:
             keys = rescore(sample, ref, index, metric, torch.float64, engine["budget_bytes"]).sort(1).values

@@ -12,6 +12,7 @@ version counter and are never remembered.
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 import torch
@@ -22,21 +23,27 @@ __all__ = ["TensorVerdicts"]
 
 
 class TensorVerdicts:
-    """One verdict per tensor (the latest), for a key of the search's own (its k, its kind of query), at most ``kept``."""
+    """One verdict per tensor (the latest), under a key the caller chooses (what else the verdict depends on), for
+    at most ``kept`` tensors; safe to share between threads."""
 
     def __init__(self, kept: int = 16):
         self.kept = kept
         self._entries: dict = {}
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def clear(self) -> None:
-        self._entries.clear()
+        with self._lock:
+            self._entries.clear()
 
     def get(self, tensor: torch.Tensor, key):
         """The verdict remembered for ``tensor`` as it is now and ``key``, or None."""
-        entry = None if tensor.is_inference() else self._entries.get(id(tensor))
+        if tensor.is_inference():
+            return None
+        with self._lock:
+            entry = self._entries.get(id(tensor))
         if entry is None or entry[0]() is not tensor or entry[1] != (tensor_state(tensor), key):
             return None
         return entry[2]
@@ -45,9 +52,11 @@ class TensorVerdicts:
         """Remember ``verdict`` for ``tensor`` as it is now and ``key`` (replacing the tensor's earlier one)."""
         if tensor.is_inference():
             return
-        self._entries.pop(id(tensor), None)
-        for ident in [ident for ident, entry in self._entries.items() if entry[0]() is None]:  # tensors since freed
-            del self._entries[ident]
-        if len(self._entries) >= self.kept:
-            self._entries.pop(next(iter(self._entries)))
-        self._entries[id(tensor)] = (weakref.ref(tensor), (tensor_state(tensor), key), verdict)
+        entry = (weakref.ref(tensor), (tensor_state(tensor), key), verdict)
+        with self._lock:
+            self._entries.pop(id(tensor), None)
+            for ident in [ident for ident, held in self._entries.items() if held[0]() is None]:  # tensors since freed
+                del self._entries[ident]
+            if len(self._entries) >= self.kept:
+                self._entries.pop(next(iter(self._entries)))
+            self._entries[id(tensor)] = entry
