@@ -95,11 +95,16 @@ def exact_select_tiny(n_query: int, n_ref: int, d: int) -> bool:
     return n_query * n_ref * d <= EXACT_SELECT_TINY_TERMS and d <= EXACT_SELECT_MAX_FEATURES
 
 
+def _exact_select_small(n_query: int, n_ref: int, d: int) -> bool:
+    """The small shapes :func:`exact_select_first` takes (and :func:`search_small` runs): few pairs at few
+    features, or tiny at up to the kernel's features."""
+    return (n_query * n_ref <= EXACT_SELECT_FIRST_PAIRS and d <= EXACT_SELECT_FIRST_FEATURES) or exact_select_tiny(n_query, n_ref, d)
+
+
 def exact_select_first(n_query: int, n_ref: int, d: int) -> bool:
     """Whether a search of this shape runs here before any other choice (see ``EXACT_SELECT_FIRST_PAIRS``)."""
-    pairs = n_query * n_ref
-    return (exact_select_tiny(n_query, n_ref, d) or (pairs <= EXACT_SELECT_FIRST_PAIRS and d <= EXACT_SELECT_FIRST_FEATURES)
-            or (pairs <= EXACT_SELECT_MANY_PAIRS and d <= EXACT_SELECT_PREFERRED_FEATURES
+    return (_exact_select_small(n_query, n_ref, d)
+            or (n_query * n_ref <= EXACT_SELECT_MANY_PAIRS and d <= EXACT_SELECT_PREFERRED_FEATURES
                 and n_query >= EXACT_SELECT_MANY_MIN_QUERIES))
 
 
@@ -173,10 +178,9 @@ def search_small(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric,
     """
     n_query, n_ref = query.shape[0], ref.shape[0]
     d = ref.shape[1]
-    # small: the first of exact_select_first's shapes, or a tiny one (every query block in one program)
+    # small: exact_select_first's small shapes (every query block in one program)
     if not (ref.dtype == query.dtype == torch.float32 and n_query and n_ref > k - 1 + exclude_self
-            and ((n_query * n_ref <= EXACT_SELECT_FIRST_PAIRS and d <= EXACT_SELECT_FIRST_FEATURES)
-                 or exact_select_tiny(n_query, n_ref, d))
+            and _exact_select_small(n_query, n_ref, d)
             and exact_select_supports(metric, torch.float32, d, k, device, backend, precision) and placed_supported(k, d)):
         return None
     if max(n_query, n_ref) > SMALL_MAX_ROWS:

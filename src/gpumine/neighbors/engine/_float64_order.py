@@ -28,7 +28,7 @@ from ._host_summary import facts_of, summary_of
 from ._rerank import _exact_scan
 
 __all__ = ["FLOAT64_ORDER_METRICS", "float32_scores_exact", "exact_for_range", "needs_float64_order", "rescore", "certified_rows",
-           "Float64Tiles", "float64_list_width", "order_by_float64", "FLOAT64_SCAN_ON_KERNEL", "FLOAT64_RANK_ON_KERNEL"]
+           "Float64Tiles", "float64_list_width", "ranked_by_float64", "order_by_float64", "FLOAT64_SCAN_ON_KERNEL", "FLOAT64_RANK_ON_KERNEL"]
 
 # metrics whose float32 exact scores have a relative error bound (non-negative sums or maxima)
 FLOAT64_ORDER_METRICS = ("euclidean", "sqeuclidean", "manhattan", "chebyshev", "minkowski")
@@ -109,6 +109,14 @@ def float64_list_width(k: int, n_ref: int, exclude_self: bool) -> int:
     return min(k + 1, n_ref - (1 if exclude_self else 0))
 
 
+def ranked_by_float64(query, ref, index, metric: Metric, budget_bytes: int, kernel: bool):
+    """Lists ``index`` re-scored in float64 and ordered by (score, index): ``(scores, index)``, in one launch
+    (:func:`float64_rank`) where ``kernel`` allows it and it applies, else by its torch twin."""
+    if kernel and FLOAT64_RANK_ON_KERNEL and float64_rank_supported(query, ref, index, metric.name):
+        return float64_rank(query, ref, index, metric.name)
+    return float64_rank_torch(query, ref, index, metric, budget_bytes)
+
+
 def order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_bytes, device, stats=None, max_open=None,
                      kernel: bool = False):
     """Float32 top-(k+1) lists to the float64-ordered top k on ``device``.
@@ -123,10 +131,7 @@ def order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_
     """
     scores, index = scores.to(device), index.to(device)
     # (float64 key, index); the float32 scores are only needed for their row maximum below
-    if kernel and FLOAT64_RANK_ON_KERNEL and float64_rank_supported(query, ref, index, metric.name):
-        keys, index = float64_rank(query, ref, index, metric.name)
-    else:
-        keys, index = float64_rank_torch(query, ref, index, metric, budget_bytes)
+    keys, index = ranked_by_float64(query, ref, index, metric, budget_bytes, kernel)
     open_rows = torch.empty(0, dtype=torch.int64, device=device)
     if index.shape[1] > k:  # else every reference is listed: nothing outside the list to beat
         open_rows = (~certified_rows(keys, scores.amax(1), k, metric, ref.shape[1])).nonzero().squeeze(1)

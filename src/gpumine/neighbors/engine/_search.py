@@ -54,9 +54,7 @@ from ._product_select import (product_select_first, product_select_if_integral, 
 from ._duplicates import DEDUP_MAX_FRACTION, DEDUP_METRICS, UniqueRows, drop_self, expand_neighbours
 from ._exact_tile_kernel import exact_tile_scores, scores_within
 from ._float64_order import (FLOAT64_ORDER_METRICS, certified_rows, float64_list_width, needs_float64_order, order_by_float64,
-                             rescore)
-from . import _float64_order
-from ._float64_rank_kernel import float64_rank, float64_rank_supported
+                             ranked_by_float64)
 from ._fused_kernel import fused_candidates
 from ._host_summary import observe_copy
 from ._magnitude import arithmetic, magnitudes
@@ -383,10 +381,7 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
         # and the float64 order's certificate (see order_by_float64): data whose float32 scores
         # tie where float64 ones differ (clusters far from the origin) passes the first pass's
         # certificate, then leaves its rows to float64 scans, several times the dense search's time
-        if _float64_order.FLOAT64_RANK_ON_KERNEL and float64_rank_supported(sample, ref, index, metric.name):
-            keys = float64_rank(sample, ref, index, metric.name)[0]
-        else:
-            keys = rescore(sample, ref, index, metric, torch.float64, engine["budget_bytes"]).sort(1).values
+        keys = ranked_by_float64(sample, ref, index, metric, engine["budget_bytes"], kernel=True)[0]
         open_rows |= ~certified_rows(keys, scores.amax(1), width - 1, metric, ref.shape[1])
     n_open = int(open_rows.sum())
     if engine["stats"] is not None:
