@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from gpumine.core.distance import get_metric
+from gpumine.core.tiles import padded_columns
 from gpumine.neighbors import kneighbors
 from gpumine.neighbors.engine import _dense, _exact_select, _product_select
 from gpumine.neighbors.engine import _search as _engine
@@ -111,6 +112,97 @@ def test_integer_data_is_scored_exactly_only_within_float32_integers():
     assert _dense.integer_centre(wide - 1, wide - 2) is None
     assert _dense.integer_centre(wide / 2, wide / 2) is not None
     assert _dense.integer_centre(small.double(), small.double()) is None  # float64 data: no float32 products
+
+
+def _tensor_core_kind(X):
+    """(centre found, tensor cores taken) for X against itself, as a GPU search decides them (the CPU answers False)."""
+    centre, exact, tensor_cores = _dense.integer_centre_on_device(X, X)
+    return bool(exact), bool(tensor_cores)
+
+
+def test_tensor_cores_take_integers_whose_operands_and_sums_tf32_keeps():
+    if not torch.cuda.is_available():  # the decision is the device's: on the CPU never
+        X = torch.tensor([[0.0, 3.0], [-2.0, 1.0]])
+        assert _tensor_core_kind(X) == (True, False)
+        return
+    cuda = lambda rows: torch.tensor(rows, dtype=torch.float32, device="cuda")  # noqa: E731
+    assert _tensor_core_kind(cuda([[0.0, 3.0], [-2.0, 1.0]])) == (True, True)
+    assert _tensor_core_kind(cuda([[-1023.0], [1023.0]])) == (True, True)  # 4 * 1023^2 < 2^22: -2y under 2^11
+    assert _tensor_core_kind(cuda([[-1024.0], [1024.0]])) == (True, False)  # 4 * 1024^2 = 2^22: float32 only
+    # reach 600 in eight features: 4 * 8 * 600^2 > 2^22 (float32's 2^24 still holds)
+    assert _tensor_core_kind(cuda([[-600.0] * 8, [600.0] * 8])) == (True, False)
+    assert _tensor_core_kind(cuda([[0.5, 1.0]])) == (False, False)
+
+
+@pytest.mark.parametrize("tensor_cores", [False, True])
+@pytest.mark.parametrize("tile_dtype", [torch.float32, torch.float64])
+def test_self_queries_are_prepared_from_the_references_operand(tensor_cores, tile_dtype):
+    """The queries' rows of a self-search, made from the references' operand, equal their own preparation bit for bit."""
+    rng = np.random.default_rng(3)
+    integral = tensor_cores or tile_dtype == torch.float32
+    X = rng.integers(-9, 9, (70, 13)).astype(np.float32) if integral else rng.normal(size=(70, 13)).astype(np.float32) * 1e3
+    ref = torch.from_numpy(X)
+    centre = _dense.integer_centre(ref, ref) if integral else None
+    refs = _dense.DenseReferences(ref, 5, get_metric("sqeuclidean"), exclude_self=True, tile_dtype=tile_dtype, centre=centre,
+                                  tensor_cores=tensor_cores)
+    own = refs.self_query_prepared()
+    rows, sqnorm = _dense._l2_operand(ref.to(refs.tile_dtype), refs.centre, "query", tensor_cores)
+    assert torch.equal(own["rows"], rows) and torch.equal(own["sqnorm"], sqnorm)
+    # and the joined, padded rows of Metric.prepare
+    prepared = get_metric("sqeuclidean").prepare(ref.to(refs.tile_dtype), refs.centre, "query")
+    if not tensor_cores:
+        assert torch.equal(rows, padded_columns(prepared["rows"]))
+    # the block's scores are the exact ones for integers, through the split norm columns too
+    S, offset, slack = _dense.block_scores(refs, ref)
+    if integral:
+        X64 = X.astype(np.float64)
+        want = ((X64[:, None, :] - X64[None, :, :]) ** 2).sum(-1)
+        np.testing.assert_array_equal(S.double().numpy() + offset.numpy()[:, None], want)
+        assert (slack == 0).all()
+
+
+def test_tensor_core_references_need_exact_integer_float32_data():
+    X = torch.zeros((4, 2))
+    with pytest.raises(ValueError, match="tensor-core"):
+        _dense.DenseReferences(X, 1, get_metric("sqeuclidean"), exclude_self=True, tile_dtype=torch.float32, tensor_cores=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["binary_wide", "small_integers", "reach_1023", "near_the_sum_limit"])
+def test_tensor_core_products_equal_ieee_products_on_the_gpu(name, monkeypatch):
+    """Integer data on TF32 tensor cores: the same lists, bit for bit, as IEEE float32 products and a float64 oracle."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    rng = np.random.default_rng(17)
+    X = {"binary_wide": lambda: rng.integers(0, 2, (900, 700)),
+         "small_integers": lambda: rng.integers(-8, 9, (2000, 64)),
+         "reach_1023": lambda: rng.choice([-1023, -1022, 0, 1022, 1023], (1500, 1)),  # ties: five values
+         # 4 * sum of squared reaches just under 2^22: partial sums near 2^21
+         "near_the_sum_limit": lambda: rng.integers(-511, 512, (1200, 4)),
+         }[name]().astype(np.float32)
+    ref = torch.from_numpy(X).cuda()
+    m = get_metric("sqeuclidean")
+    found = {}
+    for on in (True, False):
+        monkeypatch.setattr(_dense, "TENSOR_CORE_INTEGERS", on)
+        for k in (1, 20):
+            stats = {}
+            keys, index = _product_select.product_select_search(ref, ref, k, m, exclude_self=True, budget_bytes=1 << 28,
+                                                                stats=stats)
+            assert stats["products"] == ("tensor_cores" if on else "plain")
+            found[on, k] = keys.cpu(), index.cpu()
+            dense_keys, dense_index = _dense.dense_search(ref, ref, k, m, exclude_self=True, budget_bytes=1 << 28)
+            assert torch.equal(dense_index.cpu(), index.cpu()) and torch.equal(dense_keys.cpu(), keys.cpu())
+    for k in (1, 20):
+        assert torch.equal(found[True, k][0], found[False, k][0]) and torch.equal(found[True, k][1], found[False, k][1])
+    # integer data: float64 scores are exact, ties go to the lower index
+    X64 = X.astype(np.float64)
+    D = ((X64[:, None, :] - X64[None, :, :]) ** 2).sum(-1)
+    np.fill_diagonal(D, np.inf)
+    order = np.lexsort((np.broadcast_to(np.arange(len(X)), D.shape), D), axis=1)
+    for k in (1, 20):
+        np.testing.assert_array_equal(found[True, k][1].numpy(), order[:, :k])
+        np.testing.assert_array_equal(found[True, k][0].numpy(), np.take_along_axis(D, order[:, :k], 1))
 
 
 @pytest.mark.parametrize("budget", [1 << 22, 1 << 14])  # a row's whole tie group at once / a slice at a time

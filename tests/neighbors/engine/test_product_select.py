@@ -175,8 +175,8 @@ def test_data_known_not_whole_skips_the_integer_centre(kind, monkeypatch):
 
     monkeypatch.setattr(_graphs, "GRAPH_SEARCHES", False)
     calls = []
-    real = _product_select.integer_centre
-    monkeypatch.setattr(_product_select, "integer_centre", lambda *a: calls.append(1) or real(*a))
+    real = _product_select.integer_centre_kind
+    monkeypatch.setattr(_product_select, "integer_centre_kind", lambda *a: calls.append(1) or real(*a))
     rng = np.random.default_rng(6)
     X, Q = _wide(kind, 2000, 57, rng), _wide(kind, 500, 57, rng)
     for args in ((X,), (X, Q), (torch.from_numpy(X).cuda(), torch.from_numpy(Q).cuda())):
@@ -230,10 +230,13 @@ def test_fitted_estimators_prepare_their_own_references_once(kind, monkeypatch):
     from gpumine.neighbors.engine import _graphs
 
     monkeypatch.setattr(_graphs, "GRAPH_SEARCHES", False)
+    from gpumine.neighbors.engine import _dense
+
     prepared, centres = [], []
-    real_prepare, real_centre = Metric.prepare, _product_select.integer_centre
+    real_prepare, real_centre, real_operand = Metric.prepare, _product_select.integer_centre_kind, _dense._l2_operand
     monkeypatch.setattr(Metric, "prepare", lambda self, X, c, side: prepared.append(side) or real_prepare(self, X, c, side))
-    monkeypatch.setattr(_product_select, "integer_centre", lambda *a: centres.append(1) or real_centre(*a))
+    monkeypatch.setattr(_dense, "_l2_operand", lambda X, c, side, *a: prepared.append(side) or real_operand(X, c, side, *a))
+    monkeypatch.setattr(_product_select, "integer_centre_kind", lambda *a: centres.append(1) or real_centre(*a))
     rng = np.random.default_rng(7)
     X, Q = _wide(kind, 2000, 57, rng), _wide(kind, 300, 57, rng)
     nn = NearestNeighbors(n_neighbors=9, device="cuda").fit(X)

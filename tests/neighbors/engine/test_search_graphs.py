@@ -183,3 +183,30 @@ def test_replayed_dense_searches_equal_the_eager_path(graphs, monkeypatch, kind,
     assert len(graphs._graphs) == 1
     (key,) = graphs._graphs
     assert key[-1] == "dense"
+
+
+@pytest.mark.parametrize("d,product", [(6, False), (57, True)])
+def test_replays_captured_on_tensor_cores_send_wider_integers_the_eager_way(graphs, monkeypatch, d, product):
+    """Captured on small integers (exact TF32 tensor-core products), replayed on integers whose products are exact in
+    IEEE float32 only: those replays go the eager way, with its results, and the shape stays eager after."""
+    from gpumine.neighbors.engine import _dense
+
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_FIRST_PAIRS", 0)
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_MANY_PAIRS", 0)
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_TINY_TERMS", 0)
+    monkeypatch.setattr(_product_select, "PRODUCT_SELECT", product)
+    rng = np.random.default_rng(d)
+    reach = {6: 700, 57: 200}[d]  # 4 d reach^2 between 2^22 (tensor cores) and 2^24 (float32)
+    for call, wide in enumerate((False, False, True, True)):
+        X = (rng.integers(-reach, reach + 1, (N_DENSE, d)) if wide else rng.integers(0, 3, (N_DENSE, d))).astype(np.float32)
+        ref = torch.from_numpy(X).cuda()
+        assert bool(_dense.integer_centre_on_device(ref, ref)[2]) is not wide
+        got = kneighbors(X, k=20, device="cuda")
+        want = _eager(graphs, monkeypatch, X, k=20, device="cuda")
+        host = kneighbors(X, k=20, device="cpu")
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0].view(np.int32), want[0].view(np.int32))
+        np.testing.assert_array_equal(got[1], host[1])
+        if call == 1:  # captured on the second call of the shape
+            assert len(graphs._graphs) == 1 and next(iter(graphs._graphs.values())).tensor_cores
+    assert not graphs._graphs

@@ -35,14 +35,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ...core.distance import Metric, ieee_product
+from ...core.distance import Metric, ieee_product, tf32_product
 from ...core.select import PAD_INDEX
-from ...core.tiles import padded_columns
+from ...core.tiles import PRODUCT_ROW_BYTES, padded_columns
 from ._row_product_kernel import row_product, row_product_available, row_product_torch
 from ._split_product import SPLIT_FLUSHED, SPLIT_ROUNDOFF, SPLIT_SUM_ROUNDING, split_product, split_rows, split_terms
 
 __all__ = ["DENSE_METRICS", "DENSE_MAX_PAIRS", "DENSE_MIN_FEATURES_ALWAYS", "dense_applies", "dense_by_size", "dense_eligible",
-           "dense_search", "DenseReferences", "ReferenceMemo", "tensor_state", "block_scores", "first_pass", "settle", "integer_centre", "integer_centre_on_device", "tile_dtype_for", "candidates_for"]
+           "dense_search", "DenseReferences", "ReferenceMemo", "tensor_state", "block_scores", "first_pass", "settle", "integer_centre", "integer_centre_kind", "integer_centre_on_device", "tile_dtype_for", "candidates_for"]
 
 # metrics with a matrix-product tile form whose error Metric.bounds states
 DENSE_METRICS = ("euclidean", "sqeuclidean")
@@ -112,28 +112,60 @@ def integer_centre(ref: torch.Tensor, query: torch.Tensor) -> torch.Tensor | Non
     shifted magnitude of feature f): float32 represents all of them exactly, in
     any summation order. Not under TF32 products (operands lose bits).
     """
+    return integer_centre_kind(ref, query)[0]
+
+
+def integer_centre_kind(ref: torch.Tensor, query: torch.Tensor) -> tuple[torch.Tensor | None, bool]:
+    """:func:`integer_centre` and whether its products are exact on tensor cores too (see
+    ``TENSOR_CORE_INTEGERS``): one host wait."""
     if ref.dtype != torch.float32 or _matmul_rounds_operands(ref.device):
-        return None
-    centre, exact = integer_centre_on_device(ref, query)
-    return centre if bool(exact) else None
+        return None, False
+    centre, exact, tensor_cores = integer_centre_on_device(ref, query)
+    exact, tensor_cores = torch.stack([exact, tensor_cores]).tolist()
+    return (centre, bool(tensor_cores)) if exact else (None, False)
 
 
-def integer_centre_on_device(ref: torch.Tensor, query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`integer_centre` as tensors, with no host wait: ``(centre, whether it makes the scores exact)``."""
+def integer_centre_on_device(ref: torch.Tensor, query: torch.Tensor, integral: torch.Tensor | None = None,
+                             ends: list | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`integer_centre` as tensors, with no host wait: ``(centre, whether it makes the scores exact,
+    whether tensor-core products are exact too)``.
+
+    ``integral`` (whether every array holds whole numbers) and ``ends`` (each
+    array's per-feature ``aminmax``), when the caller has them.
+    """
     arrays = [X for X in ((ref,) if query is ref else (ref, query)) if X.numel()]
     if not arrays or ref.shape[1] == 0:  # nothing to score
-        return torch.zeros(ref.shape[1], dtype=ref.dtype, device=ref.device), torch.zeros((), dtype=torch.bool,
-                                                                                          device=ref.device)
-    integral = torch.stack([(X == torch.round(X)).all() for X in arrays]).all()
-    ends = [torch.aminmax(X, dim=0) for X in arrays]  # one pass over each array
+        no = torch.zeros((), dtype=torch.bool, device=ref.device)
+        return torch.zeros(ref.shape[1], dtype=ref.dtype, device=ref.device), no, no
+    if integral is None:
+        integral = torch.stack([(X == torch.round(X)).all() for X in arrays]).all()
+    if ends is None:
+        ends = [torch.aminmax(X, dim=0) for X in arrays]  # one pass over each array
     lows = torch.stack([low for low, _ in ends]).amin(0).double()
     highs = torch.stack([high for _, high in ends]).amax(0).double()
     centre = torch.round((lows + highs) / 2).to(ref.dtype)  # the shift the data gets, as the data's dtype
     reach = torch.maximum(highs - centre.double(), centre.double() - lows)
-    return centre, integral & (4.0 * (reach * reach).sum() < _EXACT_INTEGER_LIMIT)
+    bits = 4.0 * (reach * reach).sum()
+    exact = integral & (bits < _EXACT_INTEGER_LIMIT)
+    tensor_cores = exact & (bits < _TENSOR_CORE_INTEGER_LIMIT)
+    if not TENSOR_CORE_INTEGERS or not ref.is_cuda:
+        tensor_cores = torch.zeros_like(exact)
+    return centre, exact, tensor_cores
 
 
 _EXACT_INTEGER_LIMIT = 2.0**24
+# True: integer data whose products are exact in float32 takes TF32 tensor-core products where
+# they are exact too (see _TENSOR_CORE_MAX_MAGNITUDE); False: IEEE float32 products (same-run A/B
+# timings). Same scores either way, bit for bit.
+TENSOR_CORE_INTEGERS = True
+# Tensor cores multiply TF32 operands (11 significant bits) exactly and add the products after
+# aligning and truncating them: whole numbers lose nothing while every partial sum stays within the
+# accumulator's 24 bits, which 4 sum_f m_f^2 < 2^22 keeps with a margin. It also keeps each shifted
+# feature under 2^10, so the doubled reference side (-2y) is a whole number under 2^11, which TF32
+# holds; the squared norms (under 2^20) enter as two columns of 11 bits each (_l2_operand).
+# BENCHMARKS.md, "Design measurements quoted in the code", has the exactness checks and the times.
+_TENSOR_CORE_INTEGER_LIMIT = 2.0**22
+_NORM_SPLIT = 2.0**11
 
 
 def _matmul_rounds_operands(device: torch.device) -> bool:
@@ -217,7 +249,7 @@ class DenseReferences:
 
     def __init__(self, ref: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool, tile_dtype: torch.dtype,
                  centre: torch.Tensor | None = None, split: bool = False, rounded: bool = False,
-                 memo: ReferenceMemo | None = None):
+                 memo: ReferenceMemo | None = None, tensor_cores: bool = False):
         self.ref, self.k, self.metric, self.exclude_self = ref, k, metric, exclude_self
         self.d = ref.shape[1]
         self.available = ref.shape[0] - (1 if exclude_self else 0)
@@ -228,10 +260,14 @@ class DenseReferences:
             raise ValueError("split products take float32 tiles of data whose products are not exact already")
         if rounded and (self.exact or split or self.tile_dtype != torch.float64):
             raise ValueError("rounded products take float64 tiles of data whose products are not exact already")
+        if tensor_cores and not (self.exact and ref.dtype == torch.float32 and metric.name in DENSE_METRICS):
+            raise ValueError("tensor-core products take integer float32 data centred by integer_centre_kind")
         # float32 products as one TF32 product of split rows (see ._split_product)
         self.split = split
         # float64 products stored as float32, each rounded once (see ._row_product_kernel)
         self.rounded = rounded
+        # exact integer products on TF32 tensor cores (see TENSOR_CORE_INTEGERS)
+        self.tensor_cores = tensor_cores
         # the scores' dtype, as the selection reads them
         self.score_dtype = torch.float32 if rounded else self.tile_dtype
         # an integer centre comes with the queries: only other operands are kept in a memo
@@ -240,18 +276,72 @@ class DenseReferences:
         if parts is None:
             wide = ref.to(self.tile_dtype)
             centre = centre if self.exact else metric.centre(wide)
-            prepared = metric.prepare(wide, centre, "ref")
-            rows = split_rows(prepared["rows"], "ref", padded=True) if split else padded_columns(prepared["rows"])
-            parts = (centre, rows, metric.ref_scale(prepared), _FeatureSource(ref, metric, self.d))
+            if metric.name in DENSE_METRICS and not (split or rounded):  # the product operand padded as it is made
+                rows, sqnorm = _l2_operand(wide, centre, "ref", tensor_cores)
+                prepared = {"rows": rows, "sqnorm": sqnorm}
+            else:
+                prepared = metric.prepare(wide, centre, "ref")
+                rows = split_rows(prepared["rows"], "ref", padded=True) if split else padded_columns(prepared["rows"])
+            parts = (centre, rows, metric.ref_scale(prepared), _FeatureSource(ref, metric, self.d), prepared.get("sqnorm"))
             if name is not None:
                 memo.put(ref, name, parts, replaces=lambda other: other[0] == "operands")
-        self.centre, self.rows, self.scale, self.source = parts
+        self.centre, self.rows, self.scale, self.source, self.sqnorm = parts
+
+    def self_query_prepared(self) -> dict:
+        """The prepared query rows of a search whose queries are these references, from their own
+        operand (one pass instead of the queries' preparation): ``[x, 1]`` is ``[-2x, |x|^2]`` times
+        -1/2 (exact: a power of two) with the last column set, and ``|x|^2`` is the references'."""
+        d = self.d
+        rows = self.rows * -0.5
+        if self.tensor_cores:
+            rows[:, d].fill_(_NORM_SPLIT)
+            rows[:, d + 1].fill_(1.0)
+        else:
+            rows[:, d].fill_(1.0)
+        return {"rows": rows, "sqnorm": self.sqnorm}
 
     def block_rows(self, budget_bytes: int) -> int:
         """Queries per block: a score row, its top-c scratch and the float64 re-score temporaries each."""
         item = torch.finfo(self.tile_dtype).bits // 8
         row_bytes = self.ref.shape[0] * item * 2 + self.c * (self.d + 4) * 8 * 3
         return max(1, budget_bytes // row_bytes)
+
+
+def _l2_operand(X: torch.Tensor, centre: torch.Tensor | None, side: str, tensor_cores: bool = False):
+    """The L2 product operand of the rows ``X`` and their squared centred norms: ``(rows, |x|^2)``.
+
+    ``rows`` holds :meth:`Metric.prepare`'s L2 rows (``[x, 1]`` for queries,
+    ``[-2y, |y|^2]`` for references, ``x`` and ``y`` centred), written into a
+    buffer already padded as :func:`padded_columns` pads (no copies to join and
+    pad them). ``tensor_cores``: ``|y|^2`` as two columns of 11 bits each,
+    ``hi * 2^11 + lo``, met by ``[2^11, 1]`` on the query side: every operand a
+    whole number TF32 keeps exactly.
+    """
+    n, d = X.shape
+    extra = 2 if tensor_cores else 1
+    per_row = max(1, PRODUCT_ROW_BYTES // X.element_size())
+    width = d + extra + (-(d + extra) % per_row)
+    rows = torch.empty((n, width), dtype=X.dtype, device=X.device)
+    rows[:, d + extra :].zero_()
+    if side == "query":
+        Xc = torch.sub(X, centre.to(X.device), out=rows[:, :d]) if centre is not None else rows[:, :d].copy_(X)
+        sqnorm = (Xc * Xc).sum(1)
+        if tensor_cores:
+            rows[:, d].fill_(_NORM_SPLIT)
+            rows[:, d + 1].fill_(1.0)
+        else:
+            rows[:, d].fill_(1.0)
+        return rows, sqnorm
+    Xc = X - centre.to(X.device) if centre is not None else X
+    sqnorm = (Xc * Xc).sum(1)
+    torch.mul(Xc, -2.0, out=rows[:, :d])
+    if tensor_cores:  # whole numbers under 2^20: both parts exact
+        high = torch.floor(sqnorm / _NORM_SPLIT)
+        rows[:, d] = high
+        rows[:, d + 1] = sqnorm - high * _NORM_SPLIT
+    else:
+        rows[:, d] = sqnorm
+    return rows, sqnorm
 
 
 @dataclass
@@ -277,12 +367,20 @@ def block_scores(refs: DenseReferences, Q: torch.Tensor) -> tuple[torch.Tensor, 
     scores are exact).
     """
     metric, d = refs.metric, refs.d
-    Qp = metric.prepare(Q.to(refs.tile_dtype), refs.centre, "query")
+    if refs.split or refs.rounded or metric.name not in DENSE_METRICS:
+        Qp = metric.prepare(Q.to(refs.tile_dtype), refs.centre, "query")
+    elif Q is refs.ref:
+        Qp = refs.self_query_prepared()
+    else:
+        rows, sqnorm = _l2_operand(Q.to(refs.tile_dtype), refs.centre, "query", refs.tensor_cores)
+        Qp = {"rows": rows, "sqnorm": sqnorm}
     if refs.split:
         S = split_product(split_rows(Qp["rows"], "query", padded=True), refs.rows)
     elif refs.rounded:
         product = row_product if Q.is_cuda and row_product_available() else row_product_torch
         S = product(padded_columns(Qp["rows"]), refs.rows, out_dtype=torch.float32)
+    elif refs.tensor_cores:
+        S = tf32_product(Qp["rows"], refs.rows)
     else:
         S = ieee_product(padded_columns(Qp["rows"]), refs.rows)
     offset, offset_error = metric.tile_offset(Qp, d)
@@ -374,8 +472,9 @@ def dense_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric,
     # up to 2^-24 of its uncentred magnitude, which the products' bound does not cover
     if ref.dtype == torch.float64:
         tile_dtype = torch.float64
+    centre, tensor_cores = integer_centre_kind(ref, query) if maybe_integral else (None, False)
     refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=tile_dtype or tile_dtype_for(device),
-                           centre=integer_centre(ref, query) if maybe_integral else None)
+                           centre=centre, tensor_cores=tensor_cores)
     rows = min(n_query, refs.block_rows(budget_bytes))
     n_open = 0
     for q0 in range(0, n_query, rows):

@@ -39,7 +39,7 @@ from ...core.distance import Metric
 from ._search import _References, _Retries, _range_plan, finish_scores, first_pass, plan_search
 from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range, float64_list_width, order_by_float64
 from . import _dense
-from ._dense import (DenseReferences, candidates_for, dense_by_size, dense_eligible, integer_centre, integer_centre_on_device,
+from ._dense import (DenseReferences, candidates_for, dense_by_size, dense_eligible, integer_centre_kind, integer_centre_on_device,
                      tile_dtype_for)
 from ._exact_select import exact_select_first, exact_select_supports
 from ._product_select import (FLOAT32_PROBE_MAX_OPEN, float32_products, gather_layout, probes_float32, product_select_first,
@@ -180,8 +180,10 @@ class _CapturedDense(_CapturedSearch):
     """
 
     def __init__(self, ref_shape, query_shape, k: int, metric: Metric, exclude_self: bool, to_host: bool, device, exact: bool,
-                 product: bool = False, products: dict | None = None):
+                 product: bool = False, products: dict | None = None, tensor_cores: bool = False):
         self.metric, self.k, self.exact, self.device, self.product = metric, k, exact, device, product
+        # exact integer products on tensor cores (captured so: a replay's data must qualify for them too)
+        self.tensor_cores = tensor_cores
         # the product selection's float32 products (DenseReferences' keywords), chosen by a probe at capture
         self.products = products or {}
         self.unsuited = False
@@ -192,19 +194,27 @@ class _CapturedDense(_CapturedSearch):
     def _build(self):
         query = self.ref_in if self.query_in is None else self.query_in
         inputs = (self.ref_in,) if self.query_in is None else (self.ref_in, query)
-        extremes = [torch.stack(torch.aminmax(t)) for t in inputs]
+        # an integer centre needs each feature's extremes: the data's extremes come from them (one pass)
+        ends = [torch.aminmax(t, dim=0) for t in inputs] if self.exact else None
+        extremes = ([torch.stack([low.amin(), high.amax()]) for low, high in ends] if self.exact
+                    else [torch.stack(torch.aminmax(t)) for t in inputs])
         integral = [(t == torch.round(t)).all()[None] for t in inputs]
         tiniest = [smallest_nonzero_magnitude(t)[None] for t in inputs]
         for t in inputs:  # checked after the replay; meanwhile nothing may turn NaN or infinity into an index
             torch.nan_to_num_(t, nan=0.0, posinf=0.0, neginf=0.0)
         if self.exact:
-            centre, qualifies = integer_centre_on_device(self.ref_in, query)
+            centre, qualifies, tensor_cores = integer_centre_on_device(self.ref_in, query, torch.cat(integral).all(), ends)
+            # extremes taken before the scrub: a non-finite centre (such a replay goes eager) made finite
+            centre = torch.nan_to_num(centre, nan=0.0, posinf=0.0, neginf=0.0)
+            if self.tensor_cores:
+                qualifies = qualifies & tensor_cores
         else:
             centre, qualifies = None, torch.ones((), dtype=torch.bool, device=self.device)
         kind = dict(tile_dtype=tile_dtype_for(self.device))
         if not self.exact:
             kind.update(self.products)
-        refs = DenseReferences(self.ref_in, self.k, self.metric, exclude_self=self.exclude_self, centre=centre, **kind)
+        refs = DenseReferences(self.ref_in, self.k, self.metric, exclude_self=self.exclude_self, centre=centre,
+                               tensor_cores=self.tensor_cores, **kind)
         if self.product:  # the product-selection kernel's lists are final; open rows only count (see run)
             RT, QT = gather_layout(self.ref_in, query)
             counted = {}
@@ -288,11 +298,13 @@ def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision
                 return None
         on_device_ref = ref.to(device)
         on_device_query = on_device_ref if exclude_self else query.to(device)
-        exact = integer_centre(on_device_ref, on_device_query) is not None
+        centre, tensor_cores = integer_centre_kind(on_device_ref, on_device_query)
+        exact = centre is not None
         products = None
         if product and not exact and probes_float32(query.shape[0], ref.shape[0], device):
             products = float32_products(on_device_ref, on_device_query, k, metric, exclude_self)
-        entry = _CapturedDense(ref.shape, query.shape, k, metric, exclude_self, to_host, device, exact, product, products)
+        entry = _CapturedDense(ref.shape, query.shape, k, metric, exclude_self, to_host, device, exact, product, products,
+                               tensor_cores)
         if not _capture_and_keep(key, entry, ref, query):
             return None
     with entry.lock:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from ...core.distance import Metric
-from ._dense import DenseReferences, ReferenceMemo, _matmul_rounds_operands, _rel, block_scores, dense_eligible, integer_centre, tile_dtype_for
+from ._dense import DenseReferences, ReferenceMemo, _matmul_rounds_operands, _rel, block_scores, dense_eligible, integer_centre_kind, tile_dtype_for
 from ._exact_select import EXACT_SELECT_FIRST_FEATURES, feature_major
 from ._product_select_kernel import PRODUCT_SELECT_MAX_K, kept_candidates, product_select, product_select_available
 from ._row_product_kernel import row_product_available
@@ -123,14 +123,14 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
                 torch.empty((0, k), dtype=torch.int64, device=device))
     if ref.dtype == torch.float64:
         tile_dtype = torch.float64  # as dense_search: rounding float64 data first is outside the bound
-    centre = None if integral is False else integer_centre(ref, query)
+    centre, tensor_cores = (None, False) if integral is False else integer_centre_kind(ref, query)
     RT, QT = gather_layout(ref, query)
     refs = None
     if tile_dtype is None and centre is None and probes_float32(n_query, n_ref, device):
         refs = _float32_references(ref, query, RT, k, metric, exclude_self, stats, memo)
     if refs is None:
         refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=tile_dtype or tile_dtype_for(device),
-                               centre=centre, memo=memo)
+                               centre=centre, memo=memo, tensor_cores=tensor_cores)
     item = torch.finfo(refs.score_dtype).bits // 8
     # a block's scores, its prepared query rows, the per-row bounds and the kernel's candidate lists
     # (a split block's query rows: three float32 parts of d + 1 columns, and the split's temporaries)
@@ -147,7 +147,8 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
         stats.update(selection="product_select", candidates=kept_candidates(k), query_rows=rows, scores_exact=refs.exact,
                      tile_dtype=str(refs.tile_dtype).replace("torch.", ""),
                      score_dtype=str(refs.score_dtype).replace("torch.", ""),
-                     products="split" if refs.split else "rounded" if refs.rounded else "plain",
+                     products=("split" if refs.split else "rounded" if refs.rounded else "tensor_cores" if refs.tensor_cores
+                               else "plain"),
                      rows_rescanned=int(stats.get("rows_rescanned", 0)))
     return keys_out, index_out
 
