@@ -210,3 +210,46 @@ def test_replays_captured_on_tensor_cores_send_wider_integers_the_eager_way(grap
         if call == 1:  # captured on the second call of the shape
             assert len(graphs._graphs) == 1 and next(iter(graphs._graphs.values())).tensor_cores
     assert not graphs._graphs
+
+
+@pytest.mark.parametrize("kind", ["uniform", "ties", "far"])
+@pytest.mark.parametrize("self_search", [True, False])
+def test_captured_probe_counts_the_open_rows_of_the_eager_probe(graphs, monkeypatch, kind, self_search):
+    """The dense-or-fused probe replayed as a graph finds the eager probe's open rows (new data on every call),
+    also with the float64 order's certificate of few references; the searches' results are the same."""
+    from gpumine.core.distance import get_metric
+    from gpumine.neighbors.engine import _search as _engine
+
+    # few references probed (with the float64 certificate) from 2^26 pairs; a self-search of 65,536 rows is not few
+    monkeypatch.setattr(_engine, "DENSE_UNPROBED_MAX_PAIRS", 1 << 26)
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_FIRST_PAIRS", 0)  # these shapes would run there, unprobed
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_MANY_PAIRS", 0)
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_TINY_TERMS", 0)
+    n_ref, n_query = (1 << 16, None) if self_search else (8192, 16384)
+    rng = np.random.default_rng(len(kind))
+
+    def data(n):
+        if kind == "uniform":
+            return rng.random((n, 8), dtype=np.float32)
+        if kind == "ties":  # an integer grid with few duplicate rows (those would be searched as distinct rows)
+            return rng.integers(0, 16, (n, 8)).astype(np.float32)
+        # clusters far from the origin (spread enough that float32 keeps most rows distinct)
+        return (1e4 + rng.integers(0, 3, (n, 1)) + 0.05 * rng.standard_normal((n, 8))).astype(np.float32)
+
+    def search(ref, query):
+        stats = {}
+        found = _engine.knn_search(ref, query, 9, get_metric("euclidean"), exclude_self=self_search, device=ref.device,
+                                   budget_bytes=1 << 30, result_device=ref.device, backend="auto", stats=stats)
+        return found, stats
+
+    for call in range(3):  # eager (warm-up), captured, replayed
+        ref = torch.from_numpy(data(n_ref)).cuda()
+        query = ref if self_search else torch.from_numpy(data(n_query)).cuda()
+        got, got_stats = search(ref, query)
+        monkeypatch.setattr(graphs, "GRAPH_SEARCHES", False)
+        ref2 = ref.clone()  # a new tensor: a self-search's verdict is remembered per tensor
+        want, want_stats = search(ref2, ref2 if self_search else query)
+        monkeypatch.setattr(graphs, "GRAPH_SEARCHES", True)
+        assert "probe_rows_open" in want_stats and got_stats["probe_rows_open"] == want_stats["probe_rows_open"]
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert any(key[0] == "probe" for key in graphs._graphs)

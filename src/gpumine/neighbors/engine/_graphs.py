@@ -36,8 +36,10 @@ import torch
 
 from ...config import working_memory_bytes
 from ...core.distance import Metric
+from ...core.tiles import same_device
 from ._search import _References, _Retries, _range_plan, finish_scores, first_pass, plan_search
-from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range, float64_list_width, order_by_float64
+from ._float64_order import (FLOAT64_ORDER_METRICS, certified_rows, exact_for_range, float64_list_width, order_by_float64,
+                             ranked_by_float64)
 from . import _dense
 from ._dense import (DenseReferences, candidates_for, dense_by_size, dense_eligible, integer_centre_kind, integer_centre_on_device,
                      tile_dtype_for)
@@ -49,6 +51,9 @@ from ._magnitude import smallest_nonzero_magnitude
 __all__ = ["search_with_graph", "clear_search_graphs", "GRAPH_SEARCHES"]
 
 GRAPH_SEARCHES = True
+# The dense-or-fused probe of large searches (._search._runs_dense) replayed as a graph too; False:
+# launch by launch (same-run A/B timings). Same verdicts either way.
+GRAPH_PROBES = True
 # Searches whose operands take more than this stay eager: their launches are a small share
 # of their time, and a graph keeps its input buffers and its intermediates' memory pool.
 GRAPH_MAX_INPUT_BYTES = 1 << 27
@@ -261,6 +266,66 @@ class _CapturedDense(_CapturedSearch):
         if self.to_host:
             return self.host_scores, torch.from_numpy(self.host_index.numpy().copy())
         return self.scores.to(result_device, copy=True), self.index.to(result_device, copy=True)
+
+
+class _CapturedProbe(_CapturedSearch):
+    """A captured dense-or-fused probe (:func:`._search._runs_dense`): the fused first pass of a sample of
+    queries against the references and, with ``check64``, the float64 order's certificate; one number
+    comes back, the sample's open rows. Its verdict only routes the search: results are the same either way."""
+
+    def __init__(self, sp, ref_shape, sample_shape, width: int, metric: Metric, check64: bool, budget_bytes: int):
+        self.metric, self.width, self.check64, self.budget_bytes = metric, width, check64, budget_bytes
+        super().__init__(sp, ref_shape, sample_shape, width, False, False)
+        self.host_flags = torch.empty(1, dtype=torch.float64, pin_memory=True)
+
+    def _build(self):
+        sp, sample = self.sp, self.query_in
+        refs = _References(self.ref_in, self.metric, sp.plan.ref_rows, sp.device, resident=True)
+        scores, index, certified = first_pass(sp, refs, sample, 0, False)[:3]
+        open_rows = ~certified
+        if self.check64:
+            keys = ranked_by_float64(sample, self.ref_in, index, self.metric, self.budget_bytes, kernel=True)[0]
+            open_rows |= ~certified_rows(keys, scores.amax(1), self.width - 1, self.metric, self.ref_in.shape[1])
+        self.host_flags.copy_(open_rows.sum().double()[None], non_blocking=True)
+
+    def run(self, ref: torch.Tensor, sample: torch.Tensor) -> int:
+        self.load(ref, sample)
+        self.graph.replay()
+        torch.cuda.current_stream(self.sp.device).synchronize()  # the one host wait
+        return int(self.host_flags[0])
+
+
+def probe_with_graph(sp, ref: torch.Tensor, sample: torch.Tensor, width: int, metric: Metric, check64: bool,
+                     budget_bytes: int, backend: str, precision: str) -> int | None:
+    """The open rows of :func:`._search._runs_dense`'s probe through a captured graph (its ~170 launches
+    in one), or None where the eager probe must run: graphs off, operands too large, a shape met for the
+    first time (its eager run warms up) or a capture that failed."""
+    device = sp.device
+    if not (GRAPH_SEARCHES and GRAPH_PROBES and device.type == "cuda" and ref.dtype == torch.float32 and sample.dtype == torch.float32
+            and ref.device == sample.device and same_device(ref.device, device)):
+        return None
+    if 4 * (ref.numel() + sample.numel()) > GRAPH_MAX_INPUT_BYTES or torch.cuda.is_current_stream_capturing():
+        return None
+    from . import _fused_tuning as knn_tuning
+
+    if knn_tuning.tuning_results() is not None or not (sp.fused and sp.resident and sp.plan.ref_rows >= ref.shape[0]):
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = ("probe", index, tuple(ref.shape), tuple(sample.shape), width, metric.name, metric.p, check64, backend, precision,
+           budget_bytes, sp.plan.ref_rows, sp.plan.query_rows, sp.c)
+    entry, stays_eager = _cached(key)
+    if stays_eager:
+        return None
+    if entry is None:
+        with _lock:
+            if key not in _seen:
+                _remember(_seen, key)
+                return None
+        entry = _CapturedProbe(sp, ref.shape, sample.shape, width, metric, check64, budget_bytes)
+        if not _capture_and_keep(key, entry, ref, sample):
+            return None
+    with entry.lock:
+        return entry.run(ref, sample)
 
 
 class _DenseCapturePlan:

@@ -358,7 +358,8 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
         if engine["stats"] is not None:
             engine["stats"].update(probe_remembered=True)
         return remembered
-    picks = torch.linspace(0, n_query - 1, probe_rows(n_query), device=query.device).round().long().unique()
+    # the sample's rows chosen on the host (no device wait for their count)
+    picks = torch.linspace(0, n_query - 1, probe_rows(n_query)).round().long().unique().to(query.device)
     sample = query.index_select(0, picks).to(device)  # host queries (they stream to the search) sampled onto the device
     # a self-search's sample keeps its own rows: one neighbour more (and one more for the float64 order)
     width = min(k + (1 if exclude_self else 0) + (1 if order64 else 0), ref.shape[0])
@@ -374,16 +375,21 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
                      precision=precision)
     if not (sp.fused and sp.plan.query_rows >= sample.shape[0]):
         return True  # the tile engine's selection costs more than a dense pass
-    refs = _References(ref, metric, sp.plan.ref_rows, device, resident=sp.resident)
-    scores, index, certified = first_pass(sp, refs, sample, 0, False)[:3]
-    open_rows = ~certified
-    if few_references and order64 and width < ref.shape[0]:
-        # and the float64 order's certificate (see order_by_float64): data whose float32 scores
-        # tie where float64 ones differ (clusters far from the origin) passes the first pass's
-        # certificate, then leaves its rows to float64 scans, several times the dense search's time
-        keys = ranked_by_float64(sample, ref, index, metric, engine["budget_bytes"], kernel=True)[0]
-        open_rows |= ~certified_rows(keys, scores.amax(1), width - 1, metric, ref.shape[1])
-    n_open = int(open_rows.sum())
+    # and, with few references, the float64 order's certificate (see order_by_float64): data whose
+    # float32 scores tie where float64 ones differ (clusters far from the origin) passes the first
+    # pass's certificate, then leaves its rows to float64 scans, several times the dense search's time
+    check64 = few_references and order64 and width < ref.shape[0]
+    from ._graphs import probe_with_graph  # (the graphs module builds on this one)
+
+    n_open = probe_with_graph(sp, ref, sample, width, metric, check64, engine["budget_bytes"], probe_backend, precision)
+    if n_open is None:  # the eager probe: the same passes, launch by launch
+        refs = _References(ref, metric, sp.plan.ref_rows, device, resident=sp.resident)
+        scores, index, certified = first_pass(sp, refs, sample, 0, False)[:3]
+        open_rows = ~certified
+        if check64:
+            keys = ranked_by_float64(sample, ref, index, metric, engine["budget_bytes"], kernel=True)[0]
+            open_rows |= ~certified_rows(keys, scores.amax(1), width - 1, metric, ref.shape[1])
+        n_open = int(open_rows.sum())
     if engine["stats"] is not None:
         engine["stats"].update(probe_rows=int(sample.shape[0]), probe_rows_open=n_open)
     verdict = n_open > DENSE_PROBE_MAX_OPEN * sample.shape[0]
