@@ -13,8 +13,8 @@ from ..config import resolve_device, working_memory_bytes
 from ..core.distance import check_precision, get_metric
 from ..core.tiles import copy_to_device, fits_on_device, same_device
 from ._metrics_extra import EXTRA_METRICS, check_backend, extra_kneighbors, is_extra_metric, make_extra_form
-from .engine import (assumptions_held, choose_backend, facts_of, finite_magnitudes, gather_facts, knn_search, search_small,
-                     search_with_graph, smallest_nonzero_magnitude, summarise_on_device)
+from .engine import (assumptions_held, choose_backend, data_summary, facts_of, finite_magnitudes, gather_facts, knn_search,
+                     search_small, search_with_graph, summarise_on_device)
 
 __all__ = ["kneighbors", "tune_knn"]
 
@@ -67,11 +67,11 @@ def _to_device_checked(arrays: dict, device: torch.device, gather: tuple = ()):
             tensor = copy_to_device(tensor, device)
         moved[name] = tensor
         if tensor.numel():
-            # whole numbers only (1) or not (0): float data then skips the search's integer-centre check
-            whole = (tensor == torch.round(tensor)).all().to(tensor.dtype)
-            extremes.append(torch.stack([*torch.aminmax(tensor), smallest_nonzero_magnitude(tensor), whole]))
+            # [min, max, smallest nonzero |x|, whole numbers only (1) or not (0)] in one pass: float data
+            # then skips the search's integer-centre check
+            extremes.append(data_summary(tensor))
     if extremes:
-        found = torch.stack(extremes).double().cpu().numpy()  # the one host wait
+        found = torch.stack(extremes).cpu().numpy()  # the one host wait
         low_high = found[:, :2]
         if not np.isfinite(low_high).all():
             for name, tensor in moved.items():

@@ -51,11 +51,12 @@ from ._fused_tuning import tuning
 from ._graphs import clear_search_graphs, search_with_graph
 from ._host_summary import assumptions_held, facts_of, gather_facts, summarise_on_device
 from ._magnitude import finite_magnitudes, smallest_nonzero_magnitude
+from ._summary_kernel import data_summary
 from ._plan import SearchPlan, choose_backend, fused_unsupported, plan_search
 from ._routes import search_validated
 from ._search import knn_search
 
 __all__ = ["knn_search", "SearchPlan", "plan_search", "choose_backend", "fused_unsupported", "search_with_graph",
-           "clear_search_graphs", "finite_magnitudes", "smallest_nonzero_magnitude", "tuning", "scores_within", "scores_within_torch",
+           "clear_search_graphs", "finite_magnitudes", "smallest_nonzero_magnitude", "data_summary", "tuning", "scores_within", "scores_within_torch",
            "exact_tile_available", "summarise_on_device", "gather_facts", "facts_of", "assumptions_held",
            "search_small", "search_validated", "ReferenceMemo"]

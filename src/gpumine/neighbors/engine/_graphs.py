@@ -46,7 +46,7 @@ from ._dense import (DenseReferences, candidates_for, dense_by_size, dense_eligi
 from ._exact_select import exact_select_first, exact_select_supports
 from ._product_select import (FLOAT32_PROBE_MAX_OPEN, float32_products, gather_layout, probes_float32, product_select_first,
                               product_select_supports, select_block)
-from ._magnitude import smallest_nonzero_magnitude
+from ._summary_kernel import data_summary
 
 __all__ = ["search_with_graph", "clear_search_graphs", "GRAPH_SEARCHES"]
 
@@ -70,6 +70,13 @@ _seen: set = set()  # shapes met once: their eager run compiled and warmed every
 _refused: set = set()  # shapes whose capture failed: never tried again
 _ineligible: set = set()  # searches planned as something other than one fused launch
 _REMEMBERED_MAX = 4096  # keys kept in each set above, so varying shapes cannot grow them forever
+
+
+def _input_facts(inputs):
+    """Per input of a captured search, as tensors: ``[min, max]``, ``[whole]`` and ``[smallest nonzero |x|]`` (one
+    pass each, see :func:`._summary_kernel.data_summary`), NaN and infinity then set to zero in place."""
+    facts = [data_summary(t, scrub=True) for t in inputs]
+    return [f[:2] for f in facts], [f[3:4] for f in facts], [f[2:3] for f in facts]
 
 
 class _CapturedSearch:
@@ -116,11 +123,9 @@ class _CapturedSearch:
         sp = self.sp
         query = self.ref_in if self.query_in is None else self.query_in
         inputs = (self.ref_in,) if self.query_in is None else (self.ref_in, query)
-        extremes = [torch.stack(torch.aminmax(t)) for t in inputs]
-        integral = [(t == torch.round(t)).all()[None] for t in inputs]  # float32 scores exact? (see _float64_order)
-        tiniest = [smallest_nonzero_magnitude(t)[None] for t in inputs]
-        for t in inputs:  # checked after the replay; meanwhile nothing may turn NaN or infinity into an index
-            torch.nan_to_num_(t, nan=0.0, posinf=0.0, neginf=0.0)
+        # extremes, smallest nonzero magnitude and whole numbers (float32 scores exact? see _float64_order),
+        # checked after the replay; NaN and infinity scrubbed meanwhile, so nothing turns them into an index
+        extremes, integral, tiniest = _input_facts(inputs)
         refs = _References(self.ref_in, sp.metric, sp.plan.ref_rows, sp.device, resident=True)
         scores, index, certified, Qp, ids = first_pass(sp, refs, query, 0, self.exclude_self)
         open_rows = (~certified).sum()
@@ -199,18 +204,12 @@ class _CapturedDense(_CapturedSearch):
     def _build(self):
         query = self.ref_in if self.query_in is None else self.query_in
         inputs = (self.ref_in,) if self.query_in is None else (self.ref_in, query)
-        # an integer centre needs each feature's extremes: the data's extremes come from them (one pass)
-        ends = [torch.aminmax(t, dim=0) for t in inputs] if self.exact else None
-        extremes = ([torch.stack([low.amin(), high.amax()]) for low, high in ends] if self.exact
-                    else [torch.stack(torch.aminmax(t)) for t in inputs])
-        integral = [(t == torch.round(t)).all()[None] for t in inputs]
-        tiniest = [smallest_nonzero_magnitude(t)[None] for t in inputs]
-        for t in inputs:  # checked after the replay; meanwhile nothing may turn NaN or infinity into an index
-            torch.nan_to_num_(t, nan=0.0, posinf=0.0, neginf=0.0)
+        extremes, integral, tiniest = _input_facts(inputs)  # as _CapturedSearch's (NaN and infinity scrubbed)
         if self.exact:
-            centre, qualifies, tensor_cores = integer_centre_on_device(self.ref_in, query, torch.cat(integral).all(), ends)
-            # extremes taken before the scrub: a non-finite centre (such a replay goes eager) made finite
-            centre = torch.nan_to_num(centre, nan=0.0, posinf=0.0, neginf=0.0)
+            # each feature's extremes, of the scrubbed data (a replay with NaN or infinity goes eager)
+            ends = [torch.aminmax(t, dim=0) for t in inputs]
+            centre, qualifies, tensor_cores = integer_centre_on_device(self.ref_in, query, torch.cat(integral).bool().all(),
+                                                                       ends)
             if self.tensor_cores:
                 qualifies = qualifies & tensor_cores
         else:
