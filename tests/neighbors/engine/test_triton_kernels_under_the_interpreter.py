@@ -61,3 +61,8 @@ def test_float64_rank_kernel_cases_under_the_triton_interpreter():
 @on_gpu_natively
 def test_data_summary_kernel_cases_under_the_triton_interpreter():
     _run_interpreted("not slow", timeout=600, cases="triton_data_summary_cases.py")
+
+
+@on_gpu_natively
+def test_split_operand_kernel_cases_under_the_triton_interpreter():
+    _run_interpreted("not slow", timeout=600, cases="triton_split_operand_cases.py")

@@ -39,6 +39,7 @@ from ...core.distance import Metric, ieee_product, tf32_product
 from ...core.select import PAD_INDEX
 from ...core.tiles import PRODUCT_ROW_BYTES, padded_columns
 from ._row_product_kernel import row_product, row_product_available, row_product_torch
+from ._split_operand_kernel import split_operand
 from ._split_product import SPLIT_FLUSHED, SPLIT_ROUNDOFF, SPLIT_SUM_ROUNDING, split_product, split_rows, split_terms
 
 __all__ = ["DENSE_METRICS", "DENSE_MAX_PAIRS", "DENSE_MIN_FEATURES_ALWAYS", "dense_applies", "dense_by_size", "dense_eligible",
@@ -279,6 +280,9 @@ class DenseReferences:
             if metric.name in DENSE_METRICS and not (split or rounded):  # the product operand padded as it is made
                 rows, sqnorm = _l2_operand(wide, centre, "ref", tensor_cores)
                 prepared = {"rows": rows, "sqnorm": sqnorm}
+            elif metric.name in DENSE_METRICS and split:  # split as it is made (one pass where the kernel runs)
+                rows, sqnorm = split_operand(wide, centre, "ref")
+                prepared = {"rows": rows, "sqnorm": sqnorm}
             else:
                 prepared = metric.prepare(wide, centre, "ref")
                 rows = split_rows(prepared["rows"], "ref", padded=True) if split else padded_columns(prepared["rows"])
@@ -367,7 +371,11 @@ def block_scores(refs: DenseReferences, Q: torch.Tensor) -> tuple[torch.Tensor, 
     scores are exact).
     """
     metric, d = refs.metric, refs.d
-    if refs.split or refs.rounded or metric.name not in DENSE_METRICS:
+    split_query = None
+    if refs.split and metric.name in DENSE_METRICS:  # the split operand as it is made (see split_operand)
+        split_query, sqnorm = split_operand(Q.to(refs.tile_dtype), refs.centre, "query")
+        Qp = {"rows": split_query, "sqnorm": sqnorm}
+    elif refs.split or refs.rounded or metric.name not in DENSE_METRICS:
         Qp = metric.prepare(Q.to(refs.tile_dtype), refs.centre, "query")
     elif Q is refs.ref:
         Qp = refs.self_query_prepared()
@@ -375,7 +383,8 @@ def block_scores(refs: DenseReferences, Q: torch.Tensor) -> tuple[torch.Tensor, 
         rows, sqnorm = _l2_operand(Q.to(refs.tile_dtype), refs.centre, "query", refs.tensor_cores)
         Qp = {"rows": rows, "sqnorm": sqnorm}
     if refs.split:
-        S = split_product(split_rows(Qp["rows"], "query", padded=True), refs.rows)
+        S = split_product(split_query if split_query is not None else split_rows(Qp["rows"], "query", padded=True),
+                          refs.rows)
     elif refs.rounded:
         product = row_product if Q.is_cuda and row_product_available() else row_product_torch
         S = product(padded_columns(Qp["rows"]), refs.rows, out_dtype=torch.float32)
@@ -398,7 +407,7 @@ def block_scores(refs: DenseReferences, Q: torch.Tensor) -> tuple[torch.Tensor, 
         return S, offset, low.double() + offset_error.double()
     # a sum of the split rows' terms by tensor cores, and what splitting drops: per term at most
     # SPLIT_ROUNDOFF |x_f| |y_f|, whose sum over [x, 1] . [-2y, |y|^2] is at most |x|^2 + 2 max |y|^2
-    terms = split_terms(Qp["rows"].shape[1])
+    terms = split_terms(d + 1)  # the joined rows' width
     low = metric.bounds(Qp, refs.scale, terms, Q.device, S[:, 0], S[:, 0])[0].double() * SPLIT_SUM_ROUNDING
     dropped = SPLIT_ROUNDOFF * (Qp["sqnorm"].double() + 2.0 * refs.scale.double()) + terms * SPLIT_FLUSHED
     return S, offset, low + dropped + offset_error.double()
