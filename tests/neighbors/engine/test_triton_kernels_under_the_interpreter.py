@@ -39,30 +39,13 @@ def test_every_fused_kernel_case_under_the_triton_interpreter():
 
 
 @on_gpu_natively
-def test_exact_select_kernel_cases_under_the_triton_interpreter():
-    _run_interpreted("not slow", timeout=600, cases="triton_exact_select_cases.py")
-
-
-@on_gpu_natively
-def test_product_select_kernel_cases_under_the_triton_interpreter():
-    _run_interpreted("not slow", timeout=1200, cases="triton_product_select_cases.py")
-
-
-@on_gpu_natively
-def test_row_product_kernel_cases_under_the_triton_interpreter():
-    _run_interpreted("not slow", timeout=600, cases="triton_row_product_cases.py")
-
-
-@on_gpu_natively
-def test_float64_rank_kernel_cases_under_the_triton_interpreter():
-    _run_interpreted("not slow", timeout=600, cases="triton_float64_rank_cases.py")
-
-
-@on_gpu_natively
-def test_data_summary_kernel_cases_under_the_triton_interpreter():
-    _run_interpreted("not slow", timeout=600, cases="triton_data_summary_cases.py")
-
-
-@on_gpu_natively
-def test_split_operand_kernel_cases_under_the_triton_interpreter():
-    _run_interpreted("not slow", timeout=600, cases="triton_split_operand_cases.py")
+@pytest.mark.parametrize("cases,timeout", [
+    ("triton_exact_select_cases.py", 600),
+    ("triton_product_select_cases.py", 1200),
+    ("triton_row_product_cases.py", 600),
+    ("triton_float64_rank_cases.py", 600),
+    ("triton_data_summary_cases.py", 600),
+    ("triton_split_operand_cases.py", 600),
+])
+def test_kernel_cases_under_the_triton_interpreter(cases, timeout):
+    _run_interpreted("not slow", timeout=timeout, cases=cases)
