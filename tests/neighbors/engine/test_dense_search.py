@@ -404,3 +404,23 @@ def test_gpu_self_search_probes_once_per_unchanged_tensor():
     stats = {}
     knn_search(X, X, 7, get_metric("euclidean"), stats=stats, **common)
     assert "probe_rows" in stats and not stats.get("probe_remembered")
+
+
+@pytest.mark.parametrize("n_query", [1, 2, 63, 64, 65, 4096, 1 << 24, (1 << 24) + 4, 3 * (1 << 30) + 7])
+def test_probe_samples_distinct_rows_in_range(n_query):
+    """Evenly spread, first and last row included, distinct, never past the last row (float positions
+    rounded (2^24 + 4) - 1 up to 2^24 + 4)."""
+    picks = _engine.probe_sample_rows(n_query, torch.device("cpu"))
+    assert picks.numel() == _engine.probe_rows(n_query)
+    assert picks[0] == 0 and picks[-1] == n_query - 1 and picks.max() < n_query
+    assert bool((picks[1:] > picks[:-1]).all())
+
+
+def test_shift_lands_near_the_data_far_from_the_origin():
+    """The references' shift (a sample's float64 mean) sits inside a tight cluster far from the origin, where a
+    float32 sum over every row would drift by more than the cluster's spread."""
+    rng = np.random.default_rng(8)
+    X = (1e4 + 0.01 * rng.standard_normal((200_000, 3))).astype(np.float32)
+    shift = _dense._shift(get_metric("sqeuclidean"), torch.from_numpy(X))
+    assert shift.dtype == torch.float32
+    assert np.abs(shift.numpy() - X.astype(np.float64).mean(0)).max() < 0.005

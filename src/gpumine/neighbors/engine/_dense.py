@@ -111,14 +111,16 @@ def integer_centre(ref: torch.Tensor, query: torch.Tensor) -> torch.Tensor | Non
     score of the product form ``|y|^2 - 2 x.y`` (and the score ``|x - y|^2``)
     is an integer under 2^24 when ``4 sum_f m_f^2 < 2^24`` (``m_f`` the largest
     shifted magnitude of feature f): float32 represents all of them exactly, in
-    any summation order. Not under TF32 products (operands lose bits).
+    any summation order. Not where the user set TF32 or reduced-precision products for float32
+    (operands may lose bits); the library's own tensor-core products take data it checked
+    (:func:`integer_centre_kind`).
     """
     return integer_centre_kind(ref, query)[0]
 
 
 def integer_centre_kind(ref: torch.Tensor, query: torch.Tensor) -> tuple[torch.Tensor | None, bool]:
     """:func:`integer_centre` and whether its products are exact on tensor cores too (see
-    ``TENSOR_CORE_INTEGERS``): one host wait."""
+    ``TENSOR_CORE_INTEGERS``, ``_TENSOR_CORE_INTEGER_LIMIT``): one host wait."""
     if ref.dtype != torch.float32 or _matmul_rounds_operands(ref.device):
         return None, False
     centre, exact, tensor_cores = integer_centre_on_device(ref, query)
@@ -156,8 +158,9 @@ def integer_centre_on_device(ref: torch.Tensor, query: torch.Tensor, integral: t
 
 _EXACT_INTEGER_LIMIT = 2.0**24
 # True: integer data whose products are exact in float32 takes TF32 tensor-core products where
-# they are exact too (see _TENSOR_CORE_MAX_MAGNITUDE); False: IEEE float32 products (same-run A/B
-# timings). Same scores either way, bit for bit.
+# they are exact too (see _TENSOR_CORE_INTEGER_LIMIT); False: IEEE float32 products (same-run A/B
+# timings). Same scores either way, bit for bit. (The user's own TF32 setting still turns the float32
+# path off, see _matmul_rounds_operands: it rounds operands these bounds do not cover.)
 TENSOR_CORE_INTEGERS = True
 # Tensor cores multiply TF32 operands (11 significant bits) exactly and add the products after
 # aligning and truncating them: whole numbers lose nothing while every partial sum stays within the
@@ -312,13 +315,21 @@ class DenseReferences:
 
 
 def _shift(metric: Metric, X: torch.Tensor) -> torch.Tensor | None:
-    """The shift both sides of a dense search get before their products: the references' mean in their
-    own dtype (one reduction). Any shift serves: the products' bound (:meth:`Metric.bounds`) is stated
-    for the shifted rows as they are computed, so a mean summed in float32 costs a little margin where
-    the float64 sums of :meth:`Metric.centre` (a cast and a slower reduction) would not."""
+    """The shift both sides of a dense search get before their products: the float64 mean of at most
+    ``_SHIFT_SAMPLE_ROWS`` evenly strided reference rows, in their dtype (one small reduction).
+
+    Any shift serves correctness: the products' bound (:meth:`Metric.bounds`) is stated for the
+    shifted rows as they are computed. A shift near the data keeps those rows short and the bound
+    tight: a sample's float64 mean lands there as :meth:`Metric.centre`'s mean of every row does,
+    whose float64 sums over all rows were most of a large reference set's preparation.
+    """
     if metric.name in DENSE_METRICS and X.shape[0]:
-        return X.mean(0)
+        sample = X[:: max(1, X.shape[0] // _SHIFT_SAMPLE_ROWS)]
+        return (sample.sum(0, dtype=torch.float64) / sample.shape[0]).to(X.dtype)
     return metric.centre(X)
+
+
+_SHIFT_SAMPLE_ROWS = 4096
 
 
 def _l2_operand(X: torch.Tensor, centre: torch.Tensor | None, side: str, tensor_cores: bool = False):

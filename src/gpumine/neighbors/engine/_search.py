@@ -358,8 +358,7 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
         if engine["stats"] is not None:
             engine["stats"].update(probe_remembered=True)
         return remembered
-    # the sample's rows chosen on the host (no device wait for their count)
-    picks = torch.linspace(0, n_query - 1, probe_rows(n_query)).round().long().unique().to(query.device)
+    picks = probe_sample_rows(n_query, query.device)
     sample = query.index_select(0, picks).to(device)  # host queries (they stream to the search) sampled onto the device
     # a self-search's sample keeps its own rows: one neighbour more (and one more for the float64 order)
     width = min(k + (1 if exclude_self else 0) + (1 if order64 else 0), ref.shape[0])
@@ -439,6 +438,13 @@ DENSE_PROBE_MIN_ROWS = 64
 def probe_rows(n_query: int) -> int:
     """Queries the dense-or-fused probe samples from ``n_query`` (see ``DENSE_PROBE_ROWS``)."""
     return min(n_query, DENSE_PROBE_ROWS, max(DENSE_PROBE_MIN_ROWS, n_query // 4))
+
+
+def probe_sample_rows(n_query: int, device) -> torch.Tensor:
+    """The rows the probe samples, evenly spread, first and last included: integer arithmetic keeps them
+    distinct and in range at any count (float positions round past the last row from 2^24 queries)."""
+    m = probe_rows(n_query)
+    return torch.arange(m, device=device) * (n_query - 1) // max(1, m - 1)
 # Below this many references the dense pass measured faster than the fused kernel on every
 # real set (magic.gamma 19,020 rows: even), continuous or not; those were all-kNN searches of up to
 # DENSE_UNPROBED_MAX_PAIRS pairs. Many queries against few references are probed whatever the

@@ -18,6 +18,8 @@ within the bound the split product's certificate allows for them.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from ...config import triton_available
@@ -43,7 +45,7 @@ if triton is not None:
 
     @triton.jit(do_not_specialize=["n", "d", "stride_x", "width"])
     def _split_operand_kernel(X, C, OUT, SQ, n, d, stride_x, width, KEEP: tl.constexpr, HAS_CENTRE: tl.constexpr,
-                              REF: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr):
+                              REF: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr, PAD: tl.constexpr):
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
         cols = tl.arange(0, BLOCK_D)
         inside = (rows < n)[:, None]
@@ -70,7 +72,9 @@ if triton is not None:
         else:
             tl.store(at + m, hi, mask=ok)
             tl.store(at + 2 * m, lo, mask=ok)
-        tl.store(at + 3 * m, tl.zeros([ROWS, BLOCK_D], tl.float32), mask=inside & (cols < width - 3 * m)[None, :])
+        pad = tl.arange(0, PAD)  # the padding (under 8 columns) may be wider than BLOCK_D at 1 or 2 features
+        tl.store(OUT + rows.to(tl.int64)[:, None] * width + 3 * m + pad[None, :], tl.zeros([ROWS, PAD], tl.float32),
+                 mask=inside & (pad < width - 3 * m)[None, :])
         tl.store(SQ + rows, sq, mask=rows < n)
 
 
@@ -103,7 +107,8 @@ def split_operand(X: torch.Tensor, centre: torch.Tensor | None, side: str):
     c = centre.to(device=X.device, dtype=torch.float32).contiguous() if has_centre else X
     block_d = triton.next_power_of_2(d + 1)
     rows = max(1, _BLOCK_VALUES // block_d)
-    _split_operand_kernel[(triton.cdiv(n, rows),)](
-        X, c, out, sqnorm, n, d, X.stride(0), width, KEEP=~_TF32_DROPPED_BITS, HAS_CENTRE=has_centre,
-        REF=side == "ref", BLOCK_D=block_d, ROWS=rows, num_warps=4)
+    with torch.cuda.device(X.device) if X.is_cuda else contextlib.nullcontext():  # launched on the data's GPU
+        _split_operand_kernel[(triton.cdiv(n, rows),)](
+            X, c, out, sqnorm, n, d, X.stride(0), width, KEEP=~_TF32_DROPPED_BITS, HAS_CENTRE=has_centre,
+            REF=side == "ref", BLOCK_D=block_d, ROWS=rows, PAD=triton.next_power_of_2(per_row), num_warps=4)
     return out, sqnorm

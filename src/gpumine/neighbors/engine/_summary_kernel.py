@@ -15,10 +15,12 @@ The result is float64 ``[min, max, smallest nonzero |x|, whole]``, as
 :func:`data_summary_torch` (the torch twin) returns it: NaN anywhere makes the
 first three NaN and ``whole`` 0; infinity counts as a whole number, as
 ``round`` leaves it; no nonzero value gives ``inf``. Both return the same values
-bit for bit.
+(a zero extreme may differ in its sign).
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -123,6 +125,7 @@ def data_summary(X: torch.Tensor, scrub: bool = False) -> torch.Tensor:
     programs = triton.cdiv(numel, _BLOCK * _ITERS)
     parts = torch.empty((programs, 5), dtype=torch.float32, device=X.device)
     out = torch.empty(4, dtype=torch.float64, device=X.device)
-    _summary_kernel[(programs,)](X, parts, numel, BLOCK=_BLOCK, ITERS=_ITERS, SCRUB=scrub)
-    _join_kernel[(1,)](parts, out, programs, BLOCK=_JOIN_BLOCK)
+    with torch.cuda.device(X.device) if X.is_cuda else contextlib.nullcontext():  # launched on the data's GPU
+        _summary_kernel[(programs,)](X, parts, numel, BLOCK=_BLOCK, ITERS=_ITERS, SCRUB=scrub)
+        _join_kernel[(1,)](parts, out, programs, BLOCK=_JOIN_BLOCK)
     return out
