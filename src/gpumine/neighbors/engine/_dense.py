@@ -321,7 +321,8 @@ def _shift(metric: Metric, X: torch.Tensor) -> torch.Tensor | None:
     Any shift serves correctness: the products' bound (:meth:`Metric.bounds`) is stated for the
     shifted rows as they are computed. A shift near the data keeps those rows short and the bound
     tight: a sample's float64 mean lands there as :meth:`Metric.centre`'s mean of every row does,
-    whose float64 sums over all rows were most of a large reference set's preparation.
+    whose float64 sums over all rows took longer than the rest of a large reference set's
+    preparation (BENCHMARKS.md, "Design measurements quoted in the code").
     """
     if metric.name in DENSE_METRICS and X.shape[0]:
         sample = X[:: max(1, X.shape[0] // _SHIFT_SAMPLE_ROWS)]
