@@ -20,7 +20,7 @@ from typing import Iterator
 import torch
 
 __all__ = ["TilePlan", "plan_tiles", "padded_columns", "PRODUCT_ROW_BYTES", "tile_bytes", "iter_row_chunks", "fits_on_device", "same_device",
-           "copy_to_host", "copy_to_device", "unit_row_stride"]
+           "copy_to_host", "copy_to_device", "unit_row_stride", "evenly_spread_rows"]
 
 _INDEX_BYTES = 8
 # rows of matrix-product operands are padded to a multiple of this many bytes (padded_columns):
@@ -142,6 +142,15 @@ def same_device(a: torch.device, b: torch.device) -> bool:
         return False
     current = torch.cuda.current_device()
     return (current if a.index is None else a.index) == (current if b.index is None else b.index)
+
+
+def evenly_spread_rows(n: int, m: int, device) -> torch.Tensor:
+    """``m <= n`` row numbers spread evenly over ``n`` rows, first and last included (int64 on ``device``).
+
+    Integer arithmetic keeps them distinct and in range at any count: float positions round past the
+    last row from 2^24 rows.
+    """
+    return torch.arange(m, device=device) * (n - 1) // max(1, m - 1)
 
 
 def iter_row_chunks(X: torch.Tensor, chunk_rows: int, device: torch.device) -> Iterator[tuple[int, torch.Tensor]]:

@@ -40,7 +40,7 @@ from ...core.select import PAD_INDEX
 from ...core.tiles import PRODUCT_ROW_BYTES, padded_columns
 from ._row_product_kernel import row_product, row_product_available, row_product_torch
 from ._split_operand_kernel import split_operand
-from ._split_product import SPLIT_FLUSHED, SPLIT_ROUNDOFF, SPLIT_SUM_ROUNDING, split_product, split_rows, split_terms
+from ._split_product import SPLIT_FLUSHED, SPLIT_ROUNDOFF, SPLIT_SUM_ROUNDING, split_product, split_terms
 
 __all__ = ["DENSE_METRICS", "DENSE_MAX_PAIRS", "DENSE_MIN_FEATURES_ALWAYS", "dense_applies", "dense_by_size", "dense_eligible",
            "dense_search", "DenseReferences", "ReferenceMemo", "tensor_state", "block_scores", "first_pass", "settle", "integer_centre", "integer_centre_kind", "integer_centre_on_device", "tile_dtype_for", "candidates_for"]
@@ -260,8 +260,8 @@ class DenseReferences:
         self.c = candidates_for(k, self.available, centre is not None)
         self.exact = centre is not None
         self.tile_dtype = ref.dtype if self.exact else tile_dtype
-        if split and (self.exact or self.tile_dtype != torch.float32):
-            raise ValueError("split products take float32 tiles of data whose products are not exact already")
+        if split and (self.exact or self.tile_dtype != torch.float32 or metric.name not in DENSE_METRICS):
+            raise ValueError("split products take float32 tiles of L2 data whose products are not exact already")
         if rounded and (self.exact or split or self.tile_dtype != torch.float64):
             raise ValueError("rounded products take float64 tiles of data whose products are not exact already")
         if tensor_cores and not (self.exact and ref.dtype == torch.float32 and metric.name in DENSE_METRICS):
@@ -283,12 +283,12 @@ class DenseReferences:
             if metric.name in DENSE_METRICS and not (split or rounded):  # the product operand padded as it is made
                 rows, sqnorm = _l2_operand(wide, centre, "ref", tensor_cores)
                 prepared = {"rows": rows, "sqnorm": sqnorm}
-            elif metric.name in DENSE_METRICS and split:  # split as it is made (one pass where the kernel runs)
+            elif split:  # L2 (as the split products' bound): split as it is made (one pass where the kernel runs)
                 rows, sqnorm = split_operand(wide, centre, "ref")
                 prepared = {"rows": rows, "sqnorm": sqnorm}
             else:
                 prepared = metric.prepare(wide, centre, "ref")
-                rows = split_rows(prepared["rows"], "ref", padded=True) if split else padded_columns(prepared["rows"])
+                rows = padded_columns(prepared["rows"])
             parts = (centre, rows, metric.ref_scale(prepared), _FeatureSource(ref, metric, self.d), prepared.get("sqnorm"))
             if name is not None:
                 memo.put(ref, name, parts, replaces=lambda other: other[0] == "operands")
@@ -298,13 +298,8 @@ class DenseReferences:
         """The prepared query rows of a search whose queries are these references, from their own
         operand (one pass instead of the queries' preparation): ``[x, 1]`` is ``[-2x, |x|^2]`` times
         -1/2 (exact: a power of two) with the last column set, and ``|x|^2`` is the references'."""
-        d = self.d
         rows = self.rows * -0.5
-        if self.tensor_cores:
-            rows[:, d].fill_(_NORM_SPLIT)
-            rows[:, d + 1].fill_(1.0)
-        else:
-            rows[:, d].fill_(1.0)
+        _set_query_columns(rows, self.d, self.tensor_cores)
         return {"rows": rows, "sqnorm": self.sqnorm}
 
     def block_rows(self, budget_bytes: int) -> int:
@@ -352,11 +347,7 @@ def _l2_operand(X: torch.Tensor, centre: torch.Tensor | None, side: str, tensor_
     if side == "query":
         Xc = torch.sub(X, centre.to(X.device), out=rows[:, :d]) if centre is not None else rows[:, :d].copy_(X)
         sqnorm = (Xc * Xc).sum(1)
-        if tensor_cores:
-            rows[:, d].fill_(_NORM_SPLIT)
-            rows[:, d + 1].fill_(1.0)
-        else:
-            rows[:, d].fill_(1.0)
+        _set_query_columns(rows, d, tensor_cores)
         return rows, sqnorm
     Xc = X - centre.to(X.device) if centre is not None else X
     sqnorm = (Xc * Xc).sum(1)
@@ -368,6 +359,16 @@ def _l2_operand(X: torch.Tensor, centre: torch.Tensor | None, side: str, tensor_
     else:
         rows[:, d] = sqnorm
     return rows, sqnorm
+
+
+def _set_query_columns(rows: torch.Tensor, d: int, tensor_cores: bool) -> None:
+    """The query side's columns after its ``d`` features: ``1`` against ``|y|^2``, or ``[2^11, 1]`` against
+    its two 11-bit parts (see :func:`_l2_operand`)."""
+    if tensor_cores:
+        rows[:, d].fill_(_NORM_SPLIT)
+        rows[:, d + 1].fill_(1.0)
+    else:
+        rows[:, d].fill_(1.0)
 
 
 @dataclass
@@ -393,11 +394,10 @@ def block_scores(refs: DenseReferences, Q: torch.Tensor) -> tuple[torch.Tensor, 
     scores are exact).
     """
     metric, d = refs.metric, refs.d
-    split_query = None
-    if refs.split and metric.name in DENSE_METRICS:  # the split operand as it is made (see split_operand)
-        split_query, sqnorm = split_operand(Q.to(refs.tile_dtype), refs.centre, "query")
-        Qp = {"rows": split_query, "sqnorm": sqnorm}
-    elif refs.split or refs.rounded or metric.name not in DENSE_METRICS:
+    if refs.split:  # the split operand as it is made (see split_operand)
+        rows, sqnorm = split_operand(Q.to(refs.tile_dtype), refs.centre, "query")
+        Qp = {"rows": rows, "sqnorm": sqnorm}
+    elif refs.rounded or metric.name not in DENSE_METRICS:
         Qp = metric.prepare(Q.to(refs.tile_dtype), refs.centre, "query")
     elif Q is refs.ref:
         Qp = refs.self_query_prepared()
@@ -405,8 +405,7 @@ def block_scores(refs: DenseReferences, Q: torch.Tensor) -> tuple[torch.Tensor, 
         rows, sqnorm = _l2_operand(Q.to(refs.tile_dtype), refs.centre, "query", refs.tensor_cores)
         Qp = {"rows": rows, "sqnorm": sqnorm}
     if refs.split:
-        S = split_product(split_query if split_query is not None else split_rows(Qp["rows"], "query", padded=True),
-                          refs.rows)
+        S = split_product(Qp["rows"], refs.rows)
     elif refs.rounded:
         product = row_product if Q.is_cuda and row_product_available() else row_product_torch
         S = product(padded_columns(Qp["rows"]), refs.rows, out_dtype=torch.float32)

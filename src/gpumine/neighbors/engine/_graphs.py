@@ -37,9 +37,8 @@ import torch
 from ...config import working_memory_bytes
 from ...core.distance import Metric
 from ...core.tiles import same_device
-from ._search import _References, _Retries, _range_plan, finish_scores, first_pass, plan_search
-from ._float64_order import (FLOAT64_ORDER_METRICS, certified_rows, exact_for_range, float64_list_width, order_by_float64,
-                             ranked_by_float64)
+from ._search import _References, _Retries, _range_plan, finish_scores, first_pass, plan_search, probe_open_rows
+from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range, float64_list_width, order_by_float64
 from . import _dense
 from ._dense import (DenseReferences, candidates_for, dense_by_size, dense_eligible, integer_centre_kind, integer_centre_on_device,
                      tile_dtype_for)
@@ -278,14 +277,10 @@ class _CapturedProbe(_CapturedSearch):
         self.host_flags = torch.empty(1, dtype=torch.float64, pin_memory=True)
 
     def _build(self):
-        sp, sample = self.sp, self.query_in
-        refs = _References(self.ref_in, self.metric, sp.plan.ref_rows, sp.device, resident=True)
-        scores, index, certified = first_pass(sp, refs, sample, 0, False)[:3]
-        open_rows = ~certified
-        if self.check64:
-            keys = ranked_by_float64(sample, self.ref_in, index, self.metric, self.budget_bytes, kernel=True)[0]
-            open_rows |= ~certified_rows(keys, scores.amax(1), self.width - 1, self.metric, self.ref_in.shape[1])
-        self.host_flags.copy_(open_rows.sum().double()[None], non_blocking=True)
+        refs = _References(self.ref_in, self.metric, self.sp.plan.ref_rows, self.sp.device, resident=True)
+        n_open = probe_open_rows(self.sp, refs, self.ref_in, self.query_in, self.width, self.metric, self.check64,
+                                 self.budget_bytes)
+        self.host_flags.copy_(n_open.double()[None], non_blocking=True)
 
     def run(self, ref: torch.Tensor, sample: torch.Tensor) -> int:
         self.load(ref, sample)

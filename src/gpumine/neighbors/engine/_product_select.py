@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from ...core.distance import Metric
+from ...core.tiles import evenly_spread_rows
 from ._dense import DenseReferences, ReferenceMemo, _matmul_rounds_operands, _rel, block_scores, dense_eligible, integer_centre_kind, tile_dtype_for
 from ._exact_select import EXACT_SELECT_FIRST_FEATURES, feature_major
 from ._product_select_kernel import PRODUCT_SELECT_MAX_K, kept_candidates, product_select, product_select_available
@@ -236,8 +237,7 @@ def float32_certifies(refs: DenseReferences, query: torch.Tensor, RT: torch.Tens
     """
     n_query, n_ref = query.shape[0], refs.ref.shape[0]
     m = min(n_query, FLOAT32_PROBE_ROWS)
-    # integer arithmetic: float positions would round past the last row at 2^24 queries and more
-    picked = torch.arange(m, device=query.device) * (n_query - 1) // max(1, m - 1)
+    picked = evenly_spread_rows(n_query, m, query.device)
     sample = query[picked]
     k = min(refs.k + (1 if refs.exclude_self else 0), PRODUCT_SELECT_MAX_K, n_ref)
     S, offset, slack = block_scores(refs, sample)

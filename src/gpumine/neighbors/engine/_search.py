@@ -44,7 +44,8 @@ import torch
 from ...utils._progress import Progress
 from ...core.distance import Metric
 from ...core.select import PAD_INDEX
-from ...core.tiles import TilePlan, copy_to_device, copy_to_host, iter_row_chunks, plan_tiles, same_device, tile_bytes
+from ...core.tiles import (TilePlan, copy_to_device, copy_to_host, evenly_spread_rows, iter_row_chunks, plan_tiles, same_device,
+                           tile_bytes)
 from ._curve import _curve_applies
 from ._dense import dense_by_size, dense_eligible, dense_search, integer_centre
 from ._exact_select import (exact_select_applies, exact_select_first, exact_select_preferred, exact_select_search,
@@ -383,12 +384,7 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
     n_open = probe_with_graph(sp, ref, sample, width, metric, check64, engine["budget_bytes"], probe_backend, precision)
     if n_open is None:  # the eager probe: the same passes, launch by launch
         refs = _References(ref, metric, sp.plan.ref_rows, device, resident=sp.resident)
-        scores, index, certified = first_pass(sp, refs, sample, 0, False)[:3]
-        open_rows = ~certified
-        if check64:
-            keys = ranked_by_float64(sample, ref, index, metric, engine["budget_bytes"], kernel=True)[0]
-            open_rows |= ~certified_rows(keys, scores.amax(1), width - 1, metric, ref.shape[1])
-        n_open = int(open_rows.sum())
+        n_open = int(probe_open_rows(sp, refs, ref, sample, width, metric, check64, engine["budget_bytes"]))
     if engine["stats"] is not None:
         engine["stats"].update(probe_rows=int(sample.shape[0]), probe_rows_open=n_open)
     verdict = n_open > DENSE_PROBE_MAX_OPEN * sample.shape[0]
@@ -441,10 +437,22 @@ def probe_rows(n_query: int) -> int:
 
 
 def probe_sample_rows(n_query: int, device) -> torch.Tensor:
-    """The rows the probe samples, evenly spread, first and last included: integer arithmetic keeps them
-    distinct and in range at any count (float positions round past the last row from 2^24 queries)."""
-    m = probe_rows(n_query)
-    return torch.arange(m, device=device) * (n_query - 1) // max(1, m - 1)
+    """The rows the probe samples (see :func:`evenly_spread_rows`)."""
+    return evenly_spread_rows(n_query, probe_rows(n_query), device)
+
+
+def probe_open_rows(sp: SearchPlan, refs: "_References", ref: torch.Tensor, sample: torch.Tensor, width: int, metric: Metric,
+                    check64: bool, budget_bytes: int) -> torch.Tensor:
+    """The probe's count of sample rows left open (a 0-d tensor, no host wait): the fused first pass's
+    certificate and, with ``check64``, the float64 order's (see :func:`_runs_dense`)."""
+    scores, index, certified = first_pass(sp, refs, sample, 0, False)[:3]
+    open_rows = ~certified
+    if check64:
+        keys = ranked_by_float64(sample, ref, index, metric, budget_bytes, kernel=True)[0]
+        open_rows |= ~certified_rows(keys, scores.amax(1), width - 1, metric, ref.shape[1])
+    return open_rows.sum()
+
+
 # Below this many references the dense pass measured faster than the fused kernel on every
 # real set (magic.gamma 19,020 rows: even), continuous or not; those were all-kNN searches of up to
 # DENSE_UNPROBED_MAX_PAIRS pairs. Many queries against few references are probed whatever the
