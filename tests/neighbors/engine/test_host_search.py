@@ -11,6 +11,7 @@ from gpumine.core.distance import get_metric
 from gpumine.neighbors import NearestNeighbors, kneighbors
 from gpumine.neighbors.engine._host import cpu_search
 from gpumine.neighbors.engine._host_exact import _every_pair, _exact_dense, _exact_pairs, _feature_major, _first_columns
+import gpumine.neighbors.engine._host_gemm as host_gemm
 from gpumine.neighbors.engine._host_gemm import _sorted_by_value
 from gpumine.outliers import LocalOutlierFactor
 from knn_oracle import assert_knn_matches, brute_force_knn
@@ -204,6 +205,48 @@ def test_clustered_far_from_the_origin():
     _sampled_rows_match((1e6 + rng.standard_normal((3000, 30))).astype(np.float32), 10)
 
 
+def _float32_ties(d, seed):
+    """float32 rows full of exact and near ties: permuted copies (equal norms summed in other orders, equal or an
+    ulp apart in float64), a grid of eighths (exact ties), zero rows and a far cluster."""
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((100, d)).astype(np.float32)
+    permuted = np.stack([row[rng.permutation(d)] for row in base for _ in range(3)])
+    grid = (rng.integers(0, 9, (200, d)) / 8).astype(np.float32)
+    far = (1e3 + rng.standard_normal((100, d)) * 1e-2).astype(np.float32)
+    X = np.concatenate([base, permuted, grid, np.zeros((2, d), np.float32), far])
+    Q = np.concatenate([X[:30], np.zeros((1, d), np.float32), grid[:20] + np.float32(0.0625), far[:20],
+                        rng.standard_normal((30, d)).astype(np.float32)])
+    return X, Q
+
+
+@pytest.mark.parametrize("d", [96, 130, 170, 300])
+def test_float32_results_from_certified_product_scores_match_the_oracle(monkeypatch, d):
+    # float32 L2 results take a pair's float64 product score where its bound settles its order and its
+    # float32 value (_certified_scores); the ties here must fall back to exact scores
+    X, Q = _float32_ties(d, seed=31)
+    fallback = []
+    exact_pairs = host_gemm._exact_pairs
+    monkeypatch.setattr(host_gemm, "_exact_pairs", lambda *a: fallback.append(len(a[4])) or exact_pairs(*a))
+    for k in (7, 30):
+        assert check_exact(X, Q, k, "sqeuclidean")["selection"] == "gemm"
+        assert check_exact(X, None, k, "euclidean", exclude_self=True)["selection"] == "gemm"
+    assert sum(fallback) > 0
+
+
+def test_float32_results_on_spread_data_need_no_exact_scores(monkeypatch):
+    rng = np.random.default_rng(32)
+    X = rng.random((700, 100)).astype(np.float32)
+
+    def refuse(*args):
+        raise AssertionError("exact scores of every candidate: the product scores should have settled them")
+
+    monkeypatch.setattr(host_gemm, "_exact_dense", refuse)
+    check_exact(X, X[:50] + np.float32(0.01), 9, "euclidean")
+    check_exact(X, None, 12, "sqeuclidean", exclude_self=True)
+    with pytest.raises(AssertionError, match="settled"):  # float64 results still score every candidate exactly
+        check_exact(X.astype(np.float64), None, 12, "sqeuclidean", exclude_self=True)
+
+
 def _best_time(fn, repeats=3):
     best = float("inf")
     for _ in range(repeats):
@@ -365,8 +408,8 @@ def test_small_sets_on_the_candidate_paths_match_the_oracle(monkeypatch, metric,
 def test_numpy_exact_scores_are_exact_scores_bit_for_bit(metric):
     rng = np.random.default_rng(22)
     m = get_metric(metric)
-    # from 256 features the candidates' rows are gathered whole (_ROW_GATHER_MIN_FEATURES)
-    for d in (1, 2, 15, 16, 17, 31, 32, 33, 47, 64, 100, 256, 257, 258, 271, 1555):
+    # from _ROW_GATHER_MIN_FEATURES features the candidates' rows are gathered whole, features by chunk position
+    for d in (1, 2, 15, 16, 17, 31, 32, 33, 47, 64, 100, 143, 159, 160, 161, 175, 256, 257, 271, 1555):
         U = (rng.standard_normal((60, d)) * 10.0 ** rng.uniform(-4, 4, d)).astype(np.float32).astype(np.float64)
         Q = (rng.standard_normal((9, d)) * 10.0 ** rng.uniform(-4, 4, d)).astype(np.float32).astype(np.float64)
         U[5] = Q[2]  # a zero distance
@@ -377,8 +420,12 @@ def test_numpy_exact_scores_are_exact_scores_bit_for_bit(metric):
             np.testing.assert_array_equal(_exact_dense(m, Q, U, UT, idx, budget).view(np.int64), want.view(np.int64))
             pairs = _exact_pairs(m, Q, U, UT, np.repeat(np.arange(9), 13), idx.ravel(), budget)
             np.testing.assert_array_equal(pairs.reshape(9, 13).view(np.int64), want.view(np.int64))
+            # the queries are the references (their rows come from the references' copy)
+            own = _exact_pairs(m, U, U, UT, np.repeat(np.arange(9), 13), idx.ravel(), budget)
+            want_own = m.exact_scores(torch.from_numpy(U[:9]), torch.from_numpy(U[idx])).numpy()
+            np.testing.assert_array_equal(own.reshape(9, 13).view(np.int64), want_own.view(np.int64))
         every = m.exact_scores(torch.from_numpy(Q), torch.from_numpy(U)[None]).numpy()
-        np.testing.assert_array_equal(_every_pair(metric, Q, UT).view(np.int64), every.view(np.int64))
+        np.testing.assert_array_equal(_every_pair(metric, Q, np.ascontiguousarray(U.T)).view(np.int64), every.view(np.int64))
 
 
 def test_row_groups_by_hash_equal_the_byte_sort(monkeypatch):

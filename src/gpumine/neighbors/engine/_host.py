@@ -161,8 +161,11 @@ def cpu_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *
             built = None
             if path == "probe":
                 path, built = _probe(U, Qu, K, metric)
-            search = _tree_search if path == "tree" else _gemm_search
-            scores, index = search(U, Qu, K, metric, refs, budget_bytes // workers, counters, workers, built)
+            if path == "tree":
+                scores, index = _tree_search(U, Qu, K, metric, refs, budget_bytes // workers, counters, workers, built)
+            else:
+                scores, index = _gemm_search(U, Qu, K, metric, refs, budget_bytes // workers, counters, workers, built,
+                                             float32_scores=ref.dtype == torch.float32)
     scores, index = _expand_queries(scores, index, queries, k, exclude_self)
     if stats is not None:
         backend = {"tree": "cpu_tree", "direct": "cpu_direct"}.get(path, "cpu_blas")

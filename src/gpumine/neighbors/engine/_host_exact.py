@@ -143,15 +143,24 @@ def _reduce_terms(name: str, G: np.ndarray) -> np.ndarray:
 # reduced chunk by chunk across every pair at once (_reduce_rows); below, the feature-major gather
 # and its one pass per feature (_reduce_terms) cost less (BENCHMARKS.md, "Design measurements
 # quoted in the code")
-_ROW_GATHER_MIN_FEATURES = 256
+_ROW_GATHER_MIN_FEATURES = 160
+
+
+def _chunk_positions(d: int) -> np.ndarray:
+    """The feature order of :func:`_feature_major`'s row copy: position 0 of every ``EXACT_SUM_CHUNK`` chunk, then
+    position 1, ..., then the last chunk's features where it is short."""
+    full = d // EXACT_SUM_CHUNK
+    by_position = np.arange(full * EXACT_SUM_CHUNK).reshape(full, EXACT_SUM_CHUNK).T.reshape(-1)
+    return np.concatenate([by_position, np.arange(full * EXACT_SUM_CHUNK, d)])
 
 
 def _reduce_rows(name: str, G: np.ndarray) -> np.ndarray:
-    """Exact scores from the per-feature differences ``G`` (pairs first: one row per pair; overwritten).
+    """Exact scores from per-feature differences ``G``, one row per pair, features in :func:`_chunk_positions` order
+    (overwritten).
 
-    The order of :func:`_reduce_terms`: per chunk of ``EXACT_SUM_CHUNK`` features
-    the terms left to right (one NumPy pass per position in the chunk, over every
-    pair and chunk at once), then the chunk sums left to right.
+    The order of :func:`_reduce_terms`: the chunks' terms left to right (one NumPy
+    pass per position in the chunk, over a contiguous run of every chunk of every
+    pair), then the chunk sums left to right (over the pairs, contiguous).
     """
     _terms_in_place(name, G)
     if name == "chebyshev":
@@ -160,18 +169,19 @@ def _reduce_rows(name: str, G: np.ndarray) -> np.ndarray:
     full = d // EXACT_SUM_CHUNK
     total = None
     if full:
-        by_chunk = G[:, : full * EXACT_SUM_CHUNK].reshape(pairs, full, EXACT_SUM_CHUNK)
-        part = np.add(by_chunk[:, :, 0], by_chunk[:, :, 1])
+        part = np.add(G[:, :full], G[:, full : 2 * full])
         for j in range(2, EXACT_SUM_CHUNK):
-            part += by_chunk[:, :, j]
-        total = part[:, 0].copy()
+            part += G[:, j * full : (j + 1) * full]
+        by_chunk = np.ascontiguousarray(part.T)
+        total = by_chunk[0].copy()
         for c in range(1, full):
-            total += part[:, c]
+            total += by_chunk[c]
     c0 = full * EXACT_SUM_CHUNK
     if d > c0:
-        tail = G[:, c0].copy() if d - c0 == 1 else np.add(G[:, c0], G[:, c0 + 1])
-        for f in range(c0 + 2, d):
-            tail += G[:, f]
+        last = np.ascontiguousarray(G[:, c0:].T)
+        tail = last[0].copy() if d - c0 == 1 else np.add(last[0], last[1])
+        for f in range(2, d - c0):
+            tail += last[f]
         total = tail if total is None else np.add(total, tail, out=total)
     return total
 
@@ -205,8 +215,17 @@ def _every_pair(name: str, Q64: np.ndarray, UT: np.ndarray) -> np.ndarray:
 
 
 def _feature_major(metric: Metric, U64: np.ndarray) -> np.ndarray | None:
-    """The references feature by feature (float64) for the NumPy exact scores, or None (torch form)."""
-    return np.ascontiguousarray(U64.T) if metric.name in _NUMPY_EXACT else None
+    """The references' copy for the NumPy exact scores (float64), or None (torch form).
+
+    Feature by feature, (d, n); from ``_ROW_GATHER_MIN_FEATURES`` features row by
+    row, (n, d), with the features in :func:`_chunk_positions` order (the rows are
+    gathered whole and :func:`_reduce_rows` adds contiguous runs).
+    """
+    if metric.name not in _NUMPY_EXACT:
+        return None
+    if U64.shape[1] >= _ROW_GATHER_MIN_FEATURES:
+        return np.take(U64, _chunk_positions(U64.shape[1]), axis=1)
+    return np.ascontiguousarray(U64.T)
 
 
 def _pairs_per_chunk(d: int, budget_bytes: int) -> int:
@@ -229,9 +248,13 @@ def _exact_pairs(metric: Metric, Q64: np.ndarray, U64: np.ndarray, UT: np.ndarra
     out = np.empty(len(rows))
     if UT is not None and Q64.shape[1] >= _ROW_GATHER_MIN_FEATURES:
         step = _numpy_pairs_per_block(Q64.shape[1], budget_bytes)
+        positions = None if Q64 is U64 else _chunk_positions(Q64.shape[1])  # the queries are the references: UT
         for s0 in range(0, len(rows), step):
-            G = np.take(U64, uids[s0 : s0 + step], axis=0, mode="clip")
-            G -= Q64[rows[s0 : s0 + step]]
+            G = np.take(UT, uids[s0 : s0 + step], axis=0, mode="clip")
+            if positions is None:
+                G -= np.take(UT, rows[s0 : s0 + step], axis=0)
+            else:
+                G -= np.take(np.take(Q64, rows[s0 : s0 + step], axis=0), positions, axis=1)
             out[s0 : s0 + step] = _reduce_rows(metric.name, G)
         return out
     if UT is not None:
@@ -262,10 +285,11 @@ def _exact_dense(metric: Metric, Q64: np.ndarray, U64: np.ndarray, UT: np.ndarra
     d = Q64.shape[1]
     if UT is not None and d >= _ROW_GATHER_MIN_FEATURES:
         step = max(1, _numpy_pairs_per_block(d, budget_bytes) // w)
+        positions = _chunk_positions(d)
         for s0 in range(0, b, step):
             # (rows, candidates, features): each candidate's row copied whole
-            G = np.take(U64, idx[s0 : s0 + step], axis=0, mode="clip")
-            G -= Q64[s0 : s0 + step, None, :]
+            G = np.take(UT, idx[s0 : s0 + step], axis=0, mode="clip")
+            G -= np.take(Q64[s0 : s0 + step], positions, axis=1)[:, None, :]
             out[s0 : s0 + step] = _reduce_rows(metric.name, G.reshape(-1, d)).reshape(-1, w)
         return out
     if UT is not None:
@@ -396,6 +420,8 @@ def _scan(results: _Results, rows: np.ndarray, Q64, U64, UT, metric: Metric, bud
     n_u = U64.shape[0]
     step = _rows_per_block(budget_bytes, 4 * n_u * (U64.shape[1] + 16) * 8, max(1, rows.size))
     everything = np.arange(n_u)
+    if rows.size and UT is not None and U64.shape[1] >= _ROW_GATHER_MIN_FEATURES:  # the row copy: by feature here
+        UT = np.ascontiguousarray(U64.T)
     for s0 in range(0, rows.size, step):
         chunk = rows[s0 : s0 + step]
         if UT is not None:

@@ -62,7 +62,7 @@ class _Products:
         Yp = np.zeros((self.n_pad, self.d))
         np.multiply(Y, -2.0 if self.l2 else -1.0, out=Yp[:n_u])
         bias = np.full(self.n_pad, np.inf)
-        sq = (Y * Y).sum(1) if self.l2 else None
+        sq = np.einsum("ij,ij->i", Y, Y) if self.l2 else None
         bias[:n_u] = sq if self.l2 else 0.0
         self.YT64, self.bias64 = torch.from_numpy(Yp).T, torch.from_numpy(bias)
         self._own = (U, Y, ynorm, sq)  # the references' rows, reused where the queries are the references
@@ -72,11 +72,11 @@ class _Products:
                 Yp = Yp.copy()
                 np.multiply(self._rows(U, self.centre32)[0], -2.0, out=Yp[:n_u])
             Yp32 = Yp.astype(np.float32)
-            self.YT32 = torch.from_numpy(Yp32).T
+            self.YT32 = Yp32.T
             bias32 = bias.copy()
             if self.l2:  # the squared norms of the rows the products see (-2 y, halved exactly)
                 bias32[:n_u] = 0.25 * np.einsum("ij,ij->i", Yp32[:n_u], Yp32[:n_u], dtype=np.float64)
-            self.bias32 = torch.from_numpy(bias32.astype(np.float32))
+            self.bias32 = bias32.astype(np.float32)
         self.max_norm = float(ynorm.max()) if self.name == "inner_product" else 0.0
 
     def _rows(self, X: np.ndarray, centre):
@@ -112,9 +112,14 @@ class _Products:
         return 4.0 * (self.d + 6) * (_U64 if float64 else _U32)
 
     def scores(self, Q: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """``Q @ YT + bias`` into ``out``: float64 by torch, float32 by NumPy's BLAS (OpenBLAS's float32
+        products ran 1.1-2.4x as fast as torch's on the host measured: BENCHMARKS.md, design measurements)."""
         if out.dtype == torch.float64:
             return torch.addmm(self.bias64, Q, self.YT64, out=out)
-        return torch.addmm(self.bias32, Q, self.YT32, out=out)
+        A = out.numpy()
+        np.matmul(Q.numpy(), self.YT32, out=A)
+        A += self.bias32
+        return out
 
     # Bounds on the exact score s of a pair from its product score a (all float64, per row
     # scale ``q``). L2: |a - s| <= g (|x|^2 + |y|^2) <= g (3 |x|^2 + 2 s), as |y|^2 <=
@@ -316,8 +321,12 @@ _GEMM_BLOCK_SCORES = 1 << 21
 _WIDE_SHARE = 0.25
 
 
-def _gemm_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, prod=None):
-    """Candidates from products, certified or completed from a band of possible ties, then exact scores."""
+def _gemm_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, prod=None, float32_scores=False):
+    """Candidates from products, certified or completed from a band of possible ties, then exact scores.
+
+    ``float32_scores``: the results are returned in float32 (where certified,
+    float64 product scores stand in for exact ones: :func:`_certified_scores`).
+    """
     if prod is None:
         prod = _Products(metric, U, Qu, min(U.shape[0], K + GEMM_MARGIN))
     results = _Results(Qu.shape[0], K, refs)
@@ -328,13 +337,14 @@ def _gemm_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, prod=N
             break
         Q, offset, scale = prod.query(Qu, float64)
         wide = _gemm_pass(prod, Q, offset, scale, wide, float64, Qu, U, UT, metric, results, budget_bytes, counters,
-                          workers)
+                          workers, float32_scores)
     counters["rows_exact_scan"] += wide.size
     _scan(results, wide, Qu, U, UT, metric, budget_bytes)
     return results.result()
 
 
-def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, results, budget_bytes, counters, workers):
+def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, results, budget_bytes, counters, workers,
+               float32_scores=False):
     """Settle the query rows ``rows_in`` from float32 or float64 products; returns the rows left wide."""
     n_u = U.shape[0]
     K = results.K
@@ -376,13 +386,19 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
                 results.nearly_sorted(rows[part], cand, approx[:, :width] if part.size == b else approx[part, :width])
                 continue
             X = Qu[span[0] : span[1]] if whole else Qu[rows[part]]
+            short = kept[part] < width
+            padding = (np.arange(width) >= kept[part, None]) if short.any() else None  # a row's entries past its kept ones (column 0)
             if prod.int_l2:
                 S = _integer_l2_dense(X, U, prod.yy, cand)
+            elif float32_scores and prod.l2 and prod.d >= ESTIMATE_MIN_FEATURES:
+                sub = slice(span[0], span[1]) if whole else rows[part]
+                E = (approx[:, :width] if part.size == b else approx[part, :width]) if float64 else None
+                S = _certified_scores(prod, Q[sub], q[part], cand, E, padding, metric, Qu, U, UT, rows[part],
+                                      budget_bytes)
             else:
                 S = _exact_dense(metric, X, U, UT, cand, budget_bytes)
-            short = kept[part] < width
-            if short.any():  # a row's entries past its kept ones (column 0)
-                S[np.arange(width) >= kept[part, None]] = np.inf
+            if padding is not None:
+                S[padding] = np.inf
             results.nearly_sorted(rows[part], cand, S)
         open_rows = np.flatnonzero(~certified)
         if not open_rows.size:
@@ -395,7 +411,13 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
             (r, u, a), too_wide = _band(A.numpy()[open_rows], (reach - off)[open_rows], g == 0.0, c,
                                         _BAND_PER_NEIGHBOUR * K)
             r, too_wide = open_rows[r], open_rows[too_wide]
-        S = a + off[r] if g == 0.0 else _exact_pairs(metric, Qu, U, UT, rows[r], u, budget_bytes)
+        if g == 0.0:
+            S = a + off[r]
+        elif float32_scores and prod.l2 and not prod.int_l2 and prod.d >= ESTIMATE_MIN_FEATURES and r.size:
+            E = A.numpy()[r, u] + off[r] if float64 else None
+            S = _certified_pairs(prod, Q, q[r], r, u, E, metric, Qu, U, UT, rows[r], budget_bytes)
+        else:
+            S = _exact_pairs(metric, Qu, U, UT, rows[r], u, budget_bytes)
         results.pairs(rows[r], u, S)
         if not float64 and too_wide.size > _WIDE_SHARE * b:
             give_up.set()
@@ -412,6 +434,86 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
 _SPARE_TERMS = 1 << 16
 # Query rows per block of _integer_l2_dense (their candidates' rows stay in the cache)
 _INTEGER_ROWS = 64
+
+
+# Features from which float32 results take a candidate's float64 product score where its bound
+# certifies the result (_certified_scores): below, the exact scores of the candidates cost no more
+# than the gathered products and their checks (BENCHMARKS.md, "Design measurements quoted in the code")
+ESTIMATE_MIN_FEATURES = 96
+# Query rows per block of the gathered products (their candidates' rows stay in the cache)
+_ESTIMATE_ROWS = 32
+
+
+def _certified_scores(prod: _Products, Q: np.ndarray, q: np.ndarray, cand: np.ndarray, E: np.ndarray | None,
+                      padding: np.ndarray | None, metric: Metric, Qu: np.ndarray, U: np.ndarray, UT, rows: np.ndarray,
+                      budget_bytes: int) -> np.ndarray:
+    """Scores of query rows against candidates ``cand`` (b, w) that order and round to float32 as their exact scores.
+
+    For results returned in float32 (L2): a pair's float64 product score ``E``
+    (given, or a dot product of its centred rows, ``Q`` and ``prod``'s) lies within
+    ``prod.lower``/``prod.upper`` of its exact score (:meth:`Metric.exact_scores`;
+    the bound's factor of two over the products' own error covers the chunked sum's
+    rounding). Where that interval is apart from every other candidate's of the row
+    and both its ends round to one float32, the product score stands in for the
+    exact one: it compares with every other score of the row as the exact score
+    does (ties included: an equal pair's intervals meet) and rounds to the same
+    float32. The other pairs (near ties, duplicates, exact zeros) are scored
+    exactly. ``padding`` marks entries past a row's kept candidates (left as they
+    are: the caller sets them to +inf).
+    """
+    b, w = cand.shape
+    given = E is not None
+    if not given:
+        E = np.empty((b, w))
+        Yp = prod.YT64.T.numpy()  # -2 y (centred), row-major
+        bias = prod.bias64.numpy()
+        for s0 in range(0, b, _ESTIMATE_ROWS):
+            c = cand[s0 : s0 + _ESTIMATE_ROWS]
+            G = np.take(Yp, c.reshape(-1), axis=0, mode="clip").reshape(*c.shape, -1)
+            E[s0 : s0 + _ESTIMATE_ROWS] = np.matmul(G, Q[s0 : s0 + _ESTIMATE_ROWS, :, None])[..., 0]
+        E += bias[cand]
+        E += q[:, None]  # the offset of L2 rows: the query's squared norm, also the bound's scale
+    g = prod.gamma(True)
+    lo, hi = prod.lower(E, q[:, None], g), prod.upper(E, q[:, None], g)
+    if padding is not None:
+        lo[padding], hi[padding] = np.inf, np.inf
+    order = np.argsort(E if padding is None else np.where(padding, np.inf, E), axis=1)
+    lo_s, hi_s = np.take_along_axis(lo, order, 1), np.take_along_axis(hi, order, 1)
+    apart = np.ones((b, w), dtype=bool)
+    apart[:, 1:] = lo_s[:, 1:] > np.maximum.accumulate(hi_s, axis=1)[:, :-1]  # above every interval before
+    apart[:, :-1] &= hi_s[:, :-1] < np.minimum.accumulate(lo_s[:, ::-1], axis=1)[:, ::-1][:, 1:]  # below every one after
+    settled = np.empty_like(apart)
+    np.put_along_axis(settled, order, apart, 1)
+    settled &= lo.astype(np.float32) == hi.astype(np.float32)
+    if padding is not None:
+        settled |= padding
+    r, j = _nonzero(~settled)
+    S = E.copy() if given else E  # a given E is the caller's
+    if Qu is U and r.size:  # a query row against itself (the reference rows are distinct): exactly 0
+        own = cand[r, j] == rows[r]
+        S[r[own], j[own]] = 0.0
+        r, j = r[~own], j[~own]
+    if r.size:
+        S[r, j] = _exact_pairs(metric, Qu, U, UT, rows[r], cand[r, j], budget_bytes)
+    return S
+
+
+def _certified_pairs(prod: _Products, Q: np.ndarray, q: np.ndarray, r: np.ndarray, u: np.ndarray, E: np.ndarray | None,
+                     metric: Metric, Qu: np.ndarray, U: np.ndarray, UT, rows: np.ndarray, budget_bytes: int) -> np.ndarray:
+    """:func:`_certified_scores` of flat pairs (block row ``r``, reference ``u``; ``r`` ascending, every entry of a row)."""
+    present, first, counts = np.unique(r, return_index=True, return_counts=True)
+    at = np.arange(r.size) - np.repeat(first, counts)  # each pair's place in its row
+    slot = np.repeat(np.arange(present.size), counts)
+    cand = np.zeros((present.size, int(counts.max())), dtype=np.int64)
+    cand[slot, at] = u
+    padding = np.arange(cand.shape[1]) >= counts[:, None]
+    dense_E = None
+    if E is not None:
+        dense_E = np.full(cand.shape, np.inf)
+        dense_E[slot, at] = E
+    S = _certified_scores(prod, Q[rows[first]], q[first], cand, dense_E, padding if padding.any() else None, metric,
+                          Qu, U, UT, rows[first], budget_bytes)
+    return S[slot, at]
 
 
 def _integer_l2_dense(X: np.ndarray, U: np.ndarray, yy: np.ndarray, idx: np.ndarray) -> np.ndarray:

@@ -1,9 +1,9 @@
-"""Threads of the host kNN path: torch held to one intra-op thread while a search runs, and row blocks split over a kept pool.
+"""Threads of the host kNN path: torch and BLAS held to one thread while a search runs, and row blocks split over a kept pool.
 
 Many short torch operations split over threads each end in a barrier, and on a
 busy host a descheduled worker holds every barrier for milliseconds: the host
-searches (:mod:`._host`) run torch on one thread and split their row blocks over
-threads here instead.
+searches (:mod:`._host`) run torch and NumPy's BLAS (the float32 products) on
+one thread each and split their row blocks over threads here instead.
 """
 
 from __future__ import annotations
@@ -16,7 +16,20 @@ import torch
 
 
 _THREADS_LOCK = threading.Lock()
-_threads_state = {"active": 0, "saved": None}
+_threads_state = {"active": 0, "saved": None, "blas": None}
+_blas = {"controller": None, "looked": False}
+
+
+def _blas_controller():
+    """threadpoolctl's view of NumPy's BLAS (found once), or None where threadpoolctl is missing."""
+    if not _blas["looked"]:
+        _blas["looked"] = True
+        try:  # NumPy (imported by the host path) has loaded its BLAS: the controller finds it
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            return None
+        _blas["controller"] = ThreadpoolController().select(user_api="blas")
+    return _blas["controller"]
 
 
 @contextlib.contextmanager
@@ -29,14 +42,20 @@ def _one_torch_thread():
             _threads_state["saved"] = torch.get_num_threads()
             if _threads_state["saved"] != 1:
                 torch.set_num_threads(1)
+            blas = _blas_controller()
+            _threads_state["blas"] = blas.limit(limits=1) if blas is not None and blas.lib_controllers else None
         _threads_state["active"] += 1
     try:
         yield
     finally:
         with _THREADS_LOCK:
             _threads_state["active"] -= 1
-            if _threads_state["active"] == 0 and _threads_state["saved"] not in (None, 1):
-                torch.set_num_threads(_threads_state["saved"])
+            if _threads_state["active"] == 0:
+                if _threads_state["saved"] not in (None, 1):
+                    torch.set_num_threads(_threads_state["saved"])
+                if _threads_state["blas"] is not None:
+                    _threads_state["blas"].restore_original_limits()
+                    _threads_state["blas"] = None
 
 
 _POOL_LOCK = threading.Lock()
