@@ -91,6 +91,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=2, help="best of this many interleaved runs per timing")
     parser.add_argument("--sets", nargs="*", help="only these set names (file stems)")
     parser.add_argument("--no-random", action="store_true", help="skip the uniform random twins")
+    parser.add_argument("--dtype", choices=["float64", "float32"], default="float64",
+                        help="the data's dtype (ADBench stores float64; float32 results take another route)")
     args = parser.parse_args(argv)
 
     files = sorted(glob.glob(os.path.join(args.data_dir, "*.npz")), key=lambda p: int(Path(p).stem.split("_")[0]))
@@ -102,15 +104,15 @@ def main(argv=None):
     kneighbors(np.random.default_rng(1).random((64, 40)), None, 3, device="cpu", verbose=0)
     NearestNeighbors(n_jobs=-1).fit(warm).kneighbors(n_neighbors=3)
     meta = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "max_rows": args.max_rows, "repeats": args.repeats}
+            "max_rows": args.max_rows, "repeats": args.repeats, "dtype": args.dtype}
     for path in files:
         X = np.load(path)["X"][: args.max_rows]
-        if X.dtype != np.float64:
-            X = X.astype(np.float64)
+        if X.dtype != args.dtype:
+            X = X.astype(args.dtype)
         variants = [(Path(path).stem, X)]
         if not args.no_random:
             rng = np.random.default_rng(0)
-            variants.append((Path(path).stem + ":uniform", rng.random(X.shape)))
+            variants.append((Path(path).stem + ":uniform", rng.random(X.shape).astype(args.dtype)))
         for name, data in variants:
             for k in args.k:
                 if k >= data.shape[0]:
