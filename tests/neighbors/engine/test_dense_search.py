@@ -379,6 +379,16 @@ def test_route_verdicts_are_remembered_per_unchanged_tensor(monkeypatch):
     inference = torch.inference_mode()(lambda: torch.rand((300, 4)))()
     _search._distinct_rows(inference), _search._distinct_rows(inference)
     assert len(calls) == 7  # no version counter: never remembered
+    # rows found for the graphs' check are handed to the next call only, for the same unchanged tensor
+    found = _search._distinct_rows(copies, hand_on=True)
+    assert _search._distinct_rows(copies) is found and len(calls) == 8
+    assert _search._distinct_rows(copies) is not found and len(calls) == 9
+    _search._distinct_rows(copies, hand_on=True)
+    copies[0] = 1.0  # written through torch: found again
+    assert _search._distinct_rows(copies) is not None and len(calls) == 11
+    _search._distinct_rows(copies, hand_on=True)
+    assert _search._distinct_rows(copies + 0.0) is not None and len(calls) == 13  # another tensor
+    assert _search._distinct_rows(copies) is not None and len(calls) == 14  # dropped by the call between
 
 
 @pytest.mark.gpu
@@ -404,6 +414,38 @@ def test_gpu_self_search_probes_once_per_unchanged_tensor():
     stats = {}
     knn_search(X, X, 7, get_metric("euclidean"), stats=stats, **common)
     assert "probe_rows" in stats and not stats.get("probe_remembered")
+
+
+@pytest.mark.gpu
+def test_gpu_search_of_unchanged_queries_and_references_probes_once():
+    """The probe's verdict of a search of other queries is remembered for the same unchanged queries and
+    references; a write to either probes again."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    from gpumine.core.distance import get_metric
+    from gpumine.neighbors.engine._search import knn_search
+
+    rng = np.random.default_rng(13)
+    R = torch.from_numpy(rng.random((1 << 15, 8), dtype=np.float32)).cuda()
+    Q = torch.from_numpy(rng.random((1 << 18, 8), dtype=np.float32)).cuda()
+    common = dict(exclude_self=False, device=torch.device("cuda"), budget_bytes=1 << 30, result_device=torch.device("cuda"),
+                  backend="auto")
+
+    def probed():
+        stats = {}
+        found = knn_search(R, Q, 7, get_metric("euclidean"), stats=stats, **common)
+        assert ("probe_rows" in stats) != bool(stats.get("probe_remembered"))
+        return "probe_rows" in stats, found
+
+    first, want = probed()
+    again, got = probed()
+    assert first and not again
+    for a, b in zip(want, got):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    R[0] += 1.0
+    assert probed()[0]
+    Q[0] += 1.0
+    assert probed()[0] and not probed()[0]
 
 
 @pytest.mark.parametrize("n_query", [1, 2, 63, 64, 65, 4096, 1 << 24, (1 << 24) + 4, 3 * (1 << 30) + 7])

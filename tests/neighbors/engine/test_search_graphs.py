@@ -253,3 +253,31 @@ def test_captured_probe_counts_the_open_rows_of_the_eager_probe(graphs, monkeypa
         assert "probe_rows_open" in want_stats and got_stats["probe_rows_open"] == want_stats["probe_rows_open"]
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert any(key[0] == "probe" for key in graphs._graphs)
+
+
+@pytest.mark.parametrize("kind", ["gauss", "ties", "duplicates"])
+def test_automatic_backend_replays_the_fused_search_the_probe_chooses(graphs, monkeypatch, kind):
+    # backend="auto" replays a captured fused search where the eager path would run it fused (its probe, no
+    # duplicates), and leaves the others (dense by the probe, deduplicated) to the eager path; same results
+    asked = []
+    fused_by_the_data = graphs.fused_by_the_data
+    monkeypatch.setattr(graphs, "fused_by_the_data", lambda *a: asked.append(fused_by_the_data(*a)) or asked[-1])
+    rng = np.random.default_rng(43)
+    n = (1 << 16) + 512  # references enough for the probe to decide (fewer run dense unprobed)
+    for _ in range(4):  # new data of the same shape on every call
+        if kind == "ties":  # integer rows, integer distances (the probe decides)
+            R = rng.integers(0, 3, (n, 16)).astype(np.float32)
+        else:
+            R = rng.standard_normal((n // 4 if kind == "duplicates" else n, 8)).astype(np.float32)
+            R = np.repeat(R, 4, axis=0) if kind == "duplicates" else R
+        R = torch.from_numpy(R).cuda()
+        got = kneighbors(R, k=7, device="cuda")
+        want = _eager(graphs, monkeypatch, R, k=7, device="cuda")
+        torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+    assert len(asked) == 4 and len(set(asked)) == 1  # one verdict for data of one kind
+    if kind == "gauss":
+        assert asked[0] and any(isinstance(entry, graphs._CapturedSearch) for entry in graphs._graphs.values())
+    if kind == "duplicates":
+        assert not asked[0]
+

@@ -37,7 +37,8 @@ import torch
 from ...config import working_memory_bytes
 from ...core.distance import Metric
 from ...core.tiles import same_device
-from ._search import _References, _Retries, _range_plan, finish_scores, first_pass, plan_search, probe_open_rows
+from ._search import (_References, _Retries, _range_plan, finish_scores, first_pass, fused_by_the_data, plan_search,
+                      probe_open_rows)
 from ._float64_order import FLOAT64_ORDER_METRICS, exact_for_range, float64_list_width, order_by_float64
 from . import _dense
 from ._dense import (DenseReferences, candidates_for, dense_by_size, dense_eligible, integer_centre_kind, integer_centre_on_device,
@@ -492,8 +493,11 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
             return _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host,
                                 result_device, as_distance)
         # larger searches choose between the fused kernel and a dense pass by the data (a probe,
-        # duplicates; see gpumine.neighbors.engine._search._runs_dense): the eager path decides
-        return None
+        # duplicates; see gpumine.neighbors.engine._search._runs_dense), asked here as the eager path
+        # asks: the fused ones replay, the others run eagerly
+        if not fused_by_the_data(ref, query, k, metric, exclude_self, device, backend, precision,
+                                 working_memory_bytes(working_memory, device)):
+            return None
     # float32 lists one longer, for the float64 order (see gpumine.neighbors.engine._float64_order)
     width = float64_list_width(k, n_ref, exclude_self) if metric.name in FLOAT64_ORDER_METRICS else k
     key = _key(ref, query, width, metric, exclude_self, device, backend, precision, working_memory, to_host and width == k)

@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
+import weakref
 
 import torch
 
@@ -47,7 +49,7 @@ from ...core.select import PAD_INDEX
 from ...core.tiles import (TilePlan, copy_to_device, copy_to_host, evenly_spread_rows, iter_row_chunks, plan_tiles, same_device,
                            tile_bytes)
 from ._curve import _curve_applies
-from ._dense import dense_by_size, dense_eligible, dense_search, integer_centre
+from ._dense import dense_by_size, dense_eligible, dense_search, integer_centre, tensor_state
 from ._exact_select import (exact_select_applies, exact_select_first, exact_select_preferred, exact_select_search,
                             exact_select_supports, exact_select_tiny)
 from ._product_select import (product_select_first, product_select_if_integral, product_select_search,
@@ -351,10 +353,14 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
         return True
     if ref.shape[0] >= DENSE_PROBE_SKIP_REFS_PER_QUERY * n_query:
         return False  # the probe's pass over the references would cost about what the search does
-    # a self-search's verdict is the data's: remembered for the same unchanged tensor (see ._verdicts)
+    # the verdict is the data's: remembered for the same unchanged tensor (see ._verdicts), the queries'
+    # with the references' identity and state beside (a stale one would cost time, never a result)
     key = (k, metric.name, metric.p, exclude_self, order64, float64_order, backend, precision, engine["budget_bytes"],
            deduplicated, DENSE_PROBE_ROWS, DENSE_PROBE_MAX_OPEN)
-    remembered = _DENSE_VERDICTS.get(ref, key) if query is ref else None
+    owner = query
+    if query is not ref:
+        key += (id(ref), tensor_state(ref))
+    remembered = _DENSE_VERDICTS.get(owner, key)
     if remembered is not None:
         if engine["stats"] is not None:
             engine["stats"].update(probe_remembered=True)
@@ -388,28 +394,61 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
     if engine["stats"] is not None:
         engine["stats"].update(probe_rows=int(sample.shape[0]), probe_rows_open=n_open)
     verdict = n_open > DENSE_PROBE_MAX_OPEN * sample.shape[0]
-    if query is ref:
-        _DENSE_VERDICTS.put(ref, key, verdict)
+    _DENSE_VERDICTS.put(owner, key, verdict)
     return verdict
 
 
-# The dense-or-fused probe's verdicts on self-searches, by reference tensor (see ._verdicts): an
-# all-kNN of the same unchanged tensor probes once (queries other than the references decide too,
-# so their searches probe every time)
+def fused_by_the_data(ref, query, k, metric, exclude_self, device, backend, precision, budget_bytes) -> bool:
+    """Whether :func:`knn_search` (float64 order) would run this search of device operands on the fused kernel.
+
+    That is: no product selection first (whatever the data), no duplicate rows to
+    search apart, and :func:`_runs_dense`'s probe (or its remembered verdict) says
+    fused. The graphs module asks before it replays a fused search for
+    ``backend="auto"``; the probe and the duplicate check are the eager path's own,
+    so a later eager search of the same tensor finds their verdicts remembered.
+    """
+    if not (same_device(ref.device, device) and same_device(query.device, device)):
+        return False
+    if _runs_first(ref, query, device, True) and _product_select_first(ref, query, k, metric, device, backend,
+                                                                        precision) is not False:
+        return False
+    if _dedup_applies(ref, query, k, metric, device, exclude_self) and _distinct_rows(ref, hand_on=True) is not None:
+        return False
+    engine = dict(device=device, budget_bytes=budget_bytes, verbose=0, stats=None, backend=backend, precision=precision)
+    return not _runs_dense(ref, query, k, metric, exclude_self, needs_float64_order(ref, query, metric), True, engine)
+
+
+# The dense-or-fused probe's verdicts, by query tensor (see ._verdicts): an all-kNN of the same
+# unchanged tensor probes once, and so do searches of the same unchanged queries and references
 _DENSE_VERDICTS = TensorVerdicts()
 # The duplicate check's "too few copies", by reference tensor; never the distinct rows it finds,
 # which a write from outside torch would make wrong rather than slow
 _FEW_COPIES = TensorVerdicts()
 
 
-def _distinct_rows(ref: torch.Tensor) -> UniqueRows | None:
-    """``UniqueRows.find(ref)``, skipped where the same unchanged tensor was found to hold too few copies."""
+def _distinct_rows(ref: torch.Tensor, hand_on: bool = False) -> UniqueRows | None:
+    """``UniqueRows.find(ref)``, skipped where the same unchanged tensor was found to hold too few copies.
+
+    ``hand_on``: distinct rows found here are kept for the next call in this
+    thread (the eager search that follows the graphs module's check,
+    :func:`fused_by_the_data`), which takes them where it asks about the same
+    unchanged tensor instead of finding them again, and drops them otherwise.
+    """
+    handed, _handed.value = getattr(_handed, "value", None), None
     if _FEW_COPIES.get(ref, DEDUP_MAX_FRACTION):
         return None
+    if handed is not None and handed[0]() is ref and handed[1] == tensor_state(ref):
+        return handed[2]
     found = UniqueRows.find(ref)
     if found is None:
         _FEW_COPIES.put(ref, DEDUP_MAX_FRACTION, True)
+    elif hand_on and not ref.is_inference():
+        _handed.value = (weakref.ref(ref), tensor_state(ref), found)
     return found
+
+
+# Distinct rows found by fused_by_the_data, for the eager search right after it in the same thread
+_handed = threading.local()
 
 
 # Queries sampled to choose between the fused kernel and a dense search (see _runs_dense), and
