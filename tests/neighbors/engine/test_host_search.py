@@ -1,5 +1,6 @@
 """The host kNN path (KD-tree / BLAS, gpumine.neighbors.engine._host) against a float64 oracle."""
 
+import threading
 import time
 
 import numpy as np
@@ -149,6 +150,45 @@ def test_torch_thread_setting_is_restored():
     assert torch.get_num_threads() == before
 
 
+def test_blas_threads_are_limited_while_searches_run_and_restored_after_overlaps():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from gpumine.neighbors.engine._host_threads import _one_torch_thread
+
+    def blas():
+        return [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+
+    start = blas()
+    if not start:
+        pytest.skip("no BLAS found by threadpoolctl")
+    entered, main_left = threading.Event(), threading.Event()
+    inside = []
+
+    def worker():  # enters after the main thread and leaves last
+        with _one_torch_thread():
+            entered.set()
+            main_left.wait()
+            inside.append(blas())
+
+    outer = _one_torch_thread()
+    outer.__enter__()
+    thread = threading.Thread(target=worker)
+    thread.start()
+    entered.wait()
+    assert blas() == [1] * len(start)
+    outer.__exit__(None, None, None)
+    main_left.set()
+    thread.join()
+    assert inside == [[1] * len(start)] and blas() == start
+    thread = threading.Thread(target=lambda: search(_data("random", 3000, 30, seed=12), None, 5, "euclidean",
+                                                    exclude_self=True))
+    thread.start()
+    thread.join()
+    assert blas() == start
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):  # the user's own limit still holds afterwards
+        assert blas() == [1] * len(start)
+    assert blas() == start
+
+
 def test_minkowski_is_left_to_the_engine():
     X = _data("random", 50, 3, seed=6)
     assert cpu_search(torch.from_numpy(X), torch.from_numpy(X), 3, get_metric("minkowski", 3), exclude_self=True,
@@ -233,9 +273,12 @@ def test_float32_results_from_certified_product_scores_match_the_oracle(monkeypa
     assert sum(fallback) > 0
 
 
-def test_float32_results_on_spread_data_need_no_exact_scores(monkeypatch):
+def test_float32_results_on_spread_data_need_few_exact_scores(monkeypatch):
     rng = np.random.default_rng(32)
     X = rng.random((700, 100)).astype(np.float32)
+    exact = []
+    exact_pairs = host_gemm._exact_pairs
+    monkeypatch.setattr(host_gemm, "_exact_pairs", lambda *a: exact.append(len(a[4])) or exact_pairs(*a))
 
     def refuse(*args):
         raise AssertionError("exact scores of every candidate: the product scores should have settled them")
@@ -243,8 +286,19 @@ def test_float32_results_on_spread_data_need_no_exact_scores(monkeypatch):
     monkeypatch.setattr(host_gemm, "_exact_dense", refuse)
     check_exact(X, X[:50] + np.float32(0.01), 9, "euclidean")
     check_exact(X, None, 12, "sqeuclidean", exclude_self=True)
+    assert sum(exact) < 0.01 * 750 * 12  # a few near ties of the float32 pass's open rows at most
     with pytest.raises(AssertionError, match="settled"):  # float64 results still score every candidate exactly
         check_exact(X.astype(np.float64), None, 12, "sqeuclidean", exclude_self=True)
+
+
+def test_float32_results_keep_zero_distances_positive():
+    # centred rows so small that the products' bound is below float32's least step: a settled self pair's
+    # product score may be just below 0, and is reported as +0 as its exact score is
+    X = (np.random.default_rng(33).standard_normal((800, 100)) * 1e-20).astype(np.float32)
+    scores, index = search(X, X, 3, "sqeuclidean")
+    assert (index[:, 0] == np.arange(800)).all()
+    assert not np.signbit(scores).any()
+    check_exact(X, X, 3, "sqeuclidean")
 
 
 def _best_time(fn, repeats=3):

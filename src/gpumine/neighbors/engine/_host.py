@@ -60,10 +60,10 @@ Memory: row blocks within ``budget_bytes``, the tree or the reference rows in
 float32 and float64, and the distinct rows in float64.
 
 Threads. The search splits its row blocks over torch's intra-op thread count
-itself (small searches run them in turn) and runs every torch operation on one
-thread meanwhile (restored after): many short operations split over threads
-each end in a barrier, and on a busy host a descheduled worker holds every
-barrier for milliseconds.
+itself (small searches run them in turn) and runs every torch operation and
+NumPy's BLAS (the float32 products) on one thread meanwhile (restored after):
+many short operations split over threads each end in a barrier, and on a busy
+host a descheduled worker holds every barrier for milliseconds.
 
 Layout. This module chooses the path and collapses duplicate rows; the KD-tree
 path is :mod:`._host_tree`, the matrix-product path :mod:`._host_gemm`, the exact

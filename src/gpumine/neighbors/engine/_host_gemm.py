@@ -392,9 +392,9 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
                 S = _integer_l2_dense(X, U, prod.yy, cand)
             elif float32_scores and prod.l2 and prod.d >= ESTIMATE_MIN_FEATURES:
                 sub = slice(span[0], span[1]) if whole else rows[part]
-                E = (approx[:, :width] if part.size == b else approx[part, :width]) if float64 else None
-                S = _certified_scores(prod, Q[sub], q[part], cand, E, padding, metric, Qu, U, UT, rows[part],
-                                      budget_bytes)
+                scores = approx[:, :width] if part.size == b else approx[part, :width]
+                S = _certified_scores(prod, Q[sub], q[part], cand, scores if float64 else None, padding, metric, Qu,
+                                      U, UT, rows[part], budget_bytes, rough=scores)
             else:
                 S = _exact_dense(metric, X, U, UT, cand, budget_bytes)
             if padding is not None:
@@ -414,8 +414,9 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
         if g == 0.0:
             S = a + off[r]
         elif float32_scores and prod.l2 and not prod.int_l2 and prod.d >= ESTIMATE_MIN_FEATURES and r.size:
-            E = A.numpy()[r, u] + off[r] if float64 else None
-            S = _certified_pairs(prod, Q, q[r], r, u, E, metric, Qu, U, UT, rows[r], budget_bytes)
+            scores = A.numpy()[r, u] + off[r]
+            S = _certified_pairs(prod, Q, q[r], r, u, scores if float64 else None, metric, Qu, U, UT, rows[r],
+                                 budget_bytes, rough=scores)
         else:
             S = _exact_pairs(metric, Qu, U, UT, rows[r], u, budget_bytes)
         results.pairs(rows[r], u, S)
@@ -440,13 +441,16 @@ _INTEGER_ROWS = 64
 # certifies the result (_certified_scores): below, the exact scores of the candidates cost no more
 # than the gathered products and their checks (BENCHMARKS.md, "Design measurements quoted in the code")
 ESTIMATE_MIN_FEATURES = 96
-# Query rows per block of the gathered products (their candidates' rows stay in the cache)
+# Query rows per block of the gathered products (their candidates' rows stay in the cache), fewer
+# where the budget holds fewer
 _ESTIMATE_ROWS = 32
+# A float32 step relative to a value (its unit in the last place is at least this much of it)
+_F32_STEP = 2.0**-24
 
 
 def _certified_scores(prod: _Products, Q: np.ndarray, q: np.ndarray, cand: np.ndarray, E: np.ndarray | None,
                       padding: np.ndarray | None, metric: Metric, Qu: np.ndarray, U: np.ndarray, UT, rows: np.ndarray,
-                      budget_bytes: int) -> np.ndarray:
+                      budget_bytes: int, rough: np.ndarray) -> np.ndarray:
     """Scores of query rows against candidates ``cand`` (b, w) that order and round to float32 as their exact scores.
 
     For results returned in float32 (L2): a pair's float64 product score ``E``
@@ -459,21 +463,27 @@ def _certified_scores(prod: _Products, Q: np.ndarray, q: np.ndarray, cand: np.nd
     does (ties included: an equal pair's intervals meet) and rounds to the same
     float32. The other pairs (near ties, duplicates, exact zeros) are scored
     exactly. ``padding`` marks entries past a row's kept candidates (left as they
-    are: the caller sets them to +inf).
+    are: the caller sets them to +inf). ``rough``: the pairs' float32 product
+    scores, where ``E`` is to be formed: rows whose bound is wider than a float32
+    step of their largest score (queries far from the reference mean against
+    their neighbours' distances) cannot settle a pair and are scored exactly
+    without the products.
     """
     b, w = cand.shape
+    g = prod.gamma(True)
     given = E is not None
     if not given:
-        E = np.empty((b, w))
+        E = np.full((b, w), np.nan)  # NaN: no interval settles, the pair is scored exactly
+        largest = np.where(padding, -np.inf, rough).max(1) if padding is not None else rough.max(1)
+        live = np.flatnonzero(6.0 * g * q < _F32_STEP * largest)
         Yp = prod.YT64.T.numpy()  # -2 y (centred), row-major
         bias = prod.bias64.numpy()
-        for s0 in range(0, b, _ESTIMATE_ROWS):
-            c = cand[s0 : s0 + _ESTIMATE_ROWS]
+        step = max(1, min(_ESTIMATE_ROWS, budget_bytes // (8 * w * prod.d)))
+        for s0 in range(0, live.size, step):
+            at = live[s0 : s0 + step]
+            c = cand[at]
             G = np.take(Yp, c.reshape(-1), axis=0, mode="clip").reshape(*c.shape, -1)
-            E[s0 : s0 + _ESTIMATE_ROWS] = np.matmul(G, Q[s0 : s0 + _ESTIMATE_ROWS, :, None])[..., 0]
-        E += bias[cand]
-        E += q[:, None]  # the offset of L2 rows: the query's squared norm, also the bound's scale
-    g = prod.gamma(True)
+            E[at] = np.matmul(G, Q[at, :, None])[..., 0] + bias[c] + q[at, None]  # q: the offset of L2 rows
     lo, hi = prod.lower(E, q[:, None], g), prod.upper(E, q[:, None], g)
     if padding is not None:
         lo[padding], hi[padding] = np.inf, np.inf
@@ -489,17 +499,19 @@ def _certified_scores(prod: _Products, Q: np.ndarray, q: np.ndarray, cand: np.nd
         settled |= padding
     r, j = _nonzero(~settled)
     S = E.copy() if given else E  # a given E is the caller's
-    if Qu is U and r.size:  # a query row against itself (the reference rows are distinct): exactly 0
+    if Qu is U and r.size:  # a query row against itself: exactly 0
         own = cand[r, j] == rows[r]
         S[r[own], j[own]] = 0.0
         r, j = r[~own], j[~own]
     if r.size:
         S[r, j] = _exact_pairs(metric, Qu, U, UT, rows[r], cand[r, j], budget_bytes)
+    S[S <= 0.0] = 0.0  # L2 scores are never negative: a settled pair's product score below 0 is +0 exactly
     return S
 
 
 def _certified_pairs(prod: _Products, Q: np.ndarray, q: np.ndarray, r: np.ndarray, u: np.ndarray, E: np.ndarray | None,
-                     metric: Metric, Qu: np.ndarray, U: np.ndarray, UT, rows: np.ndarray, budget_bytes: int) -> np.ndarray:
+                     metric: Metric, Qu: np.ndarray, U: np.ndarray, UT, rows: np.ndarray, budget_bytes: int,
+                     rough: np.ndarray) -> np.ndarray:
     """:func:`_certified_scores` of flat pairs (block row ``r``, reference ``u``; ``r`` ascending, every entry of a row)."""
     present, first, counts = np.unique(r, return_index=True, return_counts=True)
     at = np.arange(r.size) - np.repeat(first, counts)  # each pair's place in its row
@@ -507,12 +519,11 @@ def _certified_pairs(prod: _Products, Q: np.ndarray, q: np.ndarray, r: np.ndarra
     cand = np.zeros((present.size, int(counts.max())), dtype=np.int64)
     cand[slot, at] = u
     padding = np.arange(cand.shape[1]) >= counts[:, None]
-    dense_E = None
-    if E is not None:
-        dense_E = np.full(cand.shape, np.inf)
-        dense_E[slot, at] = E
-    S = _certified_scores(prod, Q[rows[first]], q[first], cand, dense_E, padding if padding.any() else None, metric,
-                          Qu, U, UT, rows[first], budget_bytes)
+    dense_rough = np.full(cand.shape, np.inf)
+    dense_rough[slot, at] = rough
+    S = _certified_scores(prod, Q[rows[first]], q[first], cand, dense_rough if E is not None else None,
+                          padding if padding.any() else None, metric, Qu, U, UT, rows[first], budget_bytes,
+                          rough=dense_rough)
     return S[slot, at]
 
 

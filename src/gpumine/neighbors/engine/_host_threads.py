@@ -26,10 +26,24 @@ def _blas_controller():
         _blas["looked"] = True
         try:  # NumPy (imported by the host path) has loaded its BLAS: the controller finds it
             from threadpoolctl import ThreadpoolController
-        except ImportError:
+
+            _blas["controller"] = ThreadpoolController().select(user_api="blas")
+        except Exception:  # missing, too old (no ThreadpoolController) or failing: BLAS keeps its threads
             return None
-        _blas["controller"] = ThreadpoolController().select(user_api="blas")
     return _blas["controller"]
+
+
+def _release_blas_control() -> None:
+    """Let any thread set OpenBLAS's threads next: threadpoolctl hands that to the first thread that sets them
+    and takes it back only when a ``with`` block of that thread ends, while a search's first thread in and
+    last thread out may differ."""
+    try:
+        from threadpoolctl import OpenBLASController
+    except ImportError:
+        return
+    release = getattr(OpenBLASController, "clear_controlling_thread", None)
+    if release is not None:
+        release(force=True)
 
 
 @contextlib.contextmanager
@@ -43,7 +57,10 @@ def _one_torch_thread():
             if _threads_state["saved"] != 1:
                 torch.set_num_threads(1)
             blas = _blas_controller()
-            _threads_state["blas"] = blas.limit(limits=1) if blas is not None and blas.lib_controllers else None
+            if blas is not None and blas.lib_controllers:
+                _release_blas_control()
+                _threads_state["blas"] = blas.limit(limits=1)
+                _release_blas_control()
         _threads_state["active"] += 1
     try:
         yield
@@ -54,7 +71,9 @@ def _one_torch_thread():
                 if _threads_state["saved"] not in (None, 1):
                     torch.set_num_threads(_threads_state["saved"])
                 if _threads_state["blas"] is not None:
+                    _release_blas_control()
                     _threads_state["blas"].restore_original_limits()
+                    _release_blas_control()
                     _threads_state["blas"] = None
 
 
