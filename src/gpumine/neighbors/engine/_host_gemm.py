@@ -355,6 +355,8 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
     block = _rows_per_block(budget_bytes, (itemsize + 2) * prod.n_pad, min(4 * _GEMM_ROWS, max(_GEMM_ROWS, _GEMM_BLOCK_SCORES // prod.n_pad)))
     Qt = torch.from_numpy(Q if float64 else Q.astype(np.float32))
     all_rows = rows_in.size == Q.shape[0] and np.array_equal(rows_in, np.arange(rows_in.size))  # blocks are slices
+    # float32 L2 results where a candidate's float64 product score may stand in for its exact score
+    certify = float32_scores and prod.l2 and not prod.int_l2 and prod.d >= ESTIMATE_MIN_FEATURES
     local = threading.local()
     give_up = threading.Event()  # float32: the bound is too loose, float64 takes the rest
 
@@ -390,11 +392,11 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
             padding = (np.arange(width) >= kept[part, None]) if short.any() else None  # a row's entries past its kept ones (column 0)
             if prod.int_l2:
                 S = _integer_l2_dense(X, U, prod.yy, cand)
-            elif float32_scores and prod.l2 and prod.d >= ESTIMATE_MIN_FEATURES:
+            elif certify:
                 sub = slice(span[0], span[1]) if whole else rows[part]
                 scores = approx[:, :width] if part.size == b else approx[part, :width]
-                S = _certified_scores(prod, Q[sub], q[part], cand, scores if float64 else None, padding, metric, Qu,
-                                      U, UT, rows[part], budget_bytes, rough=scores)
+                S = _certified_scores(prod, Q[sub], q[part], cand, scores, float64, padding, metric, Qu, U, UT,
+                                      rows[part], budget_bytes)
             else:
                 S = _exact_dense(metric, X, U, UT, cand, budget_bytes)
             if padding is not None:
@@ -413,10 +415,9 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
             r, too_wide = open_rows[r], open_rows[too_wide]
         if g == 0.0:
             S = a + off[r]
-        elif float32_scores and prod.l2 and not prod.int_l2 and prod.d >= ESTIMATE_MIN_FEATURES and r.size:
-            scores = A.numpy()[r, u] + off[r]
-            S = _certified_pairs(prod, Q, q[r], r, u, scores if float64 else None, metric, Qu, U, UT, rows[r],
-                                 budget_bytes, rough=scores)
+        elif certify and r.size:
+            S = _certified_pairs(prod, Q, q[r], r, u, A.numpy()[r, u] + off[r], float64, metric, Qu, U, UT, rows[r],
+                                 budget_bytes)
         else:
             S = _exact_pairs(metric, Qu, U, UT, rows[r], u, budget_bytes)
         results.pairs(rows[r], u, S)
@@ -448,13 +449,14 @@ _ESTIMATE_ROWS = 32
 _F32_STEP = 2.0**-24
 
 
-def _certified_scores(prod: _Products, Q: np.ndarray, q: np.ndarray, cand: np.ndarray, E: np.ndarray | None,
-                      padding: np.ndarray | None, metric: Metric, Qu: np.ndarray, U: np.ndarray, UT, rows: np.ndarray,
-                      budget_bytes: int, rough: np.ndarray) -> np.ndarray:
+def _certified_scores(prod: _Products, Q: np.ndarray, q: np.ndarray, cand: np.ndarray, scores: np.ndarray,
+                      float64: bool, padding: np.ndarray | None, metric: Metric, Qu: np.ndarray, U: np.ndarray, UT,
+                      rows: np.ndarray, budget_bytes: int) -> np.ndarray:
     """Scores of query rows against candidates ``cand`` (b, w) that order and round to float32 as their exact scores.
 
     For results returned in float32 (L2): a pair's float64 product score ``E``
-    (given, or a dot product of its centred rows, ``Q`` and ``prod``'s) lies within
+    (``scores`` where ``float64``, else a dot product of its centred rows, ``Q``
+    and ``prod``'s) lies within
     ``prod.lower``/``prod.upper`` of its exact score (:meth:`Metric.exact_scores`;
     the bound's factor of two over the products' own error covers the chunked sum's
     rounding). Where that interval is apart from every other candidate's of the row
@@ -463,18 +465,19 @@ def _certified_scores(prod: _Products, Q: np.ndarray, q: np.ndarray, cand: np.nd
     does (ties included: an equal pair's intervals meet) and rounds to the same
     float32. The other pairs (near ties, duplicates, exact zeros) are scored
     exactly. ``padding`` marks entries past a row's kept candidates (left as they
-    are: the caller sets them to +inf). ``rough``: the pairs' float32 product
-    scores, where ``E`` is to be formed: rows whose bound is wider than a float32
+    are: the caller sets them to +inf). Where ``scores`` are the float32
+    products' (``E`` to be formed), rows whose bound is wider than a float32
     step of their largest score (queries far from the reference mean against
     their neighbours' distances) cannot settle a pair and are scored exactly
     without the products.
     """
     b, w = cand.shape
     g = prod.gamma(True)
-    given = E is not None
-    if not given:
+    if float64:
+        E = scores
+    else:
         E = np.full((b, w), np.nan)  # NaN: no interval settles, the pair is scored exactly
-        largest = np.where(padding, -np.inf, rough).max(1) if padding is not None else rough.max(1)
+        largest = np.where(padding, -np.inf, scores).max(1) if padding is not None else scores.max(1)
         live = np.flatnonzero(6.0 * g * q < _F32_STEP * largest)
         Yp = prod.YT64.T.numpy()  # -2 y (centred), row-major
         bias = prod.bias64.numpy()
@@ -498,7 +501,7 @@ def _certified_scores(prod: _Products, Q: np.ndarray, q: np.ndarray, cand: np.nd
     if padding is not None:
         settled |= padding
     r, j = _nonzero(~settled)
-    S = E.copy() if given else E  # a given E is the caller's
+    S = E.copy() if float64 else E  # the caller's scores stay as they are
     if Qu is U and r.size:  # a query row against itself: exactly 0
         own = cand[r, j] == rows[r]
         S[r[own], j[own]] = 0.0
@@ -509,9 +512,9 @@ def _certified_scores(prod: _Products, Q: np.ndarray, q: np.ndarray, cand: np.nd
     return S
 
 
-def _certified_pairs(prod: _Products, Q: np.ndarray, q: np.ndarray, r: np.ndarray, u: np.ndarray, E: np.ndarray | None,
-                     metric: Metric, Qu: np.ndarray, U: np.ndarray, UT, rows: np.ndarray, budget_bytes: int,
-                     rough: np.ndarray) -> np.ndarray:
+def _certified_pairs(prod: _Products, Q: np.ndarray, q: np.ndarray, r: np.ndarray, u: np.ndarray, scores: np.ndarray,
+                     float64: bool, metric: Metric, Qu: np.ndarray, U: np.ndarray, UT, rows: np.ndarray,
+                     budget_bytes: int) -> np.ndarray:
     """:func:`_certified_scores` of flat pairs (block row ``r``, reference ``u``; ``r`` ascending, every entry of a row)."""
     present, first, counts = np.unique(r, return_index=True, return_counts=True)
     at = np.arange(r.size) - np.repeat(first, counts)  # each pair's place in its row
@@ -519,11 +522,10 @@ def _certified_pairs(prod: _Products, Q: np.ndarray, q: np.ndarray, r: np.ndarra
     cand = np.zeros((present.size, int(counts.max())), dtype=np.int64)
     cand[slot, at] = u
     padding = np.arange(cand.shape[1]) >= counts[:, None]
-    dense_rough = np.full(cand.shape, np.inf)
-    dense_rough[slot, at] = rough
-    S = _certified_scores(prod, Q[rows[first]], q[first], cand, dense_rough if E is not None else None,
-                          padding if padding.any() else None, metric, Qu, U, UT, rows[first], budget_bytes,
-                          rough=dense_rough)
+    dense_scores = np.full(cand.shape, np.inf)
+    dense_scores[slot, at] = scores
+    S = _certified_scores(prod, Q[rows[first]], q[first], cand, dense_scores, float64, padding if padding.any() else None,
+                          metric, Qu, U, UT, rows[first], budget_bytes)
     return S[slot, at]
 
 
