@@ -78,8 +78,8 @@ def needs_float64_order(ref: torch.Tensor, query: torch.Tensor, metric: Metric) 
 def certified_rows(scores64: torch.Tensor, last32: torch.Tensor, k: int, metric: Metric, d: int) -> torch.Tensor:
     """Rows whose float64 k-th score is below what any reference outside the list scores in float64.
 
-    ``last32``: per row, the float32 exact score of the last listed reference; every
-    reference left out scores at least that in float32, so at least
+    ``last32``: per row, a float32 exact score every reference left out of the list
+    reaches (the last listed reference's, or the engine's bound below it), so at least
     ``last32 * (1 - rel32) - tiny`` in float64 and in truth. Relative bounds: the
     float32 sums of d non-negative terms (differences, squares, additions) are
     within ``(2 d + 8) 2^-24`` of the true value, float64 ones within ``(2 d + 8)
@@ -118,7 +118,7 @@ def ranked_by_float64(query, ref, index, metric: Metric, budget_bytes: int, kern
 
 
 def order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_bytes, device, stats=None, max_open=None,
-                     kernel: bool = False):
+                     kernel: bool = False, outside: torch.Tensor | None = None):
     """Float32 top-(k+1) lists to the float64-ordered top k on ``device``.
 
     ``scores``/``index``: the engine's lists of :func:`float64_list_width` entries,
@@ -128,13 +128,17 @@ def order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_
     float64 exact scan (see :mod:`._float64_order`); with more than ``max_open``
     of them, None instead (the caller's other path settles them). ``kernel``: the
     re-score and the scan may run on kernels (:func:`float64_rank`, :func:`_exact_select_scan`).
+    ``outside``: per row, a float32 exact score every reference left out of the list
+    reaches, where the last entry is a spare (the engine's bound, see ``plan_search``);
+    by default the lists are exact and their last entry is that score.
     """
     scores, index = scores.to(device), index.to(device)
     # (float64 key, index); the float32 scores are only needed for their row maximum below
     keys, index = ranked_by_float64(query, ref, index, metric, budget_bytes, kernel)
     open_rows = torch.empty(0, dtype=torch.int64, device=device)
     if index.shape[1] > k:  # else every reference is listed: nothing outside the list to beat
-        open_rows = (~certified_rows(keys, scores.amax(1), k, metric, ref.shape[1])).nonzero().squeeze(1)
+        last32 = scores.amax(1) if outside is None else outside.to(device)
+        open_rows = (~certified_rows(keys, last32, k, metric, ref.shape[1])).nonzero().squeeze(1)
     if max_open is not None and open_rows.numel() > max_open:
         return None
     if open_rows.numel():

@@ -153,12 +153,12 @@ if triton is not None:
     # other (a compilation) landed inside a benchmark's timed slice
     @triton.jit(do_not_specialize=["n_query", "n_ref", "refs_per_split", "ref_offset"])
     def _fused_candidates_kernel(
-        Q, R, BIAS, SELF, FIRST_TILE, OUT_SCORE, OUT_INDEX,
+        Q, R, BIAS, SELF, FIRST_TILE, OUT_SCORE, OUT_INDEX, OUT_FLOOR,
         n_query, n_ref, refs_per_split, ref_offset,
         stride_q_row, stride_q_feat, stride_r_row, stride_r_feat, stride_out,
         D: tl.constexpr, TAIL: tl.constexpr, SCORE: tl.constexpr, HAS_BIAS: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
         ROTATE: tl.constexpr, C: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, WIDE: tl.constexpr,
+        BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, WIDE: tl.constexpr, FLOOR: tl.constexpr,
     ):
         pid_m = tl.program_id(0)
         split = tl.program_id(1)
@@ -176,6 +176,9 @@ if triton is not None:
         # distinct negative placeholders, so "the worst slot" is always exactly one slot
         best_col = tl.zeros((BLOCK_M, C), tl.int32) - 1 - slots[None, :]
         worst = tl.full((BLOCK_M,), float("inf"), tl.float32)
+        # FLOOR: the least score of every reference left out (evicted entries and tile scores
+        # that never entered), a tighter bound on them than the C-th kept score
+        floor = tl.full((BLOCK_M,), float("inf"), tl.float32)
         last = tl.minimum(first + refs_per_split, n_ref)
         n_tiles = tl.cdiv(last - first, BLOCK_N)
         # Tiles are visited from the block's own neighbourhood on (FIRST_TILE, when the
@@ -236,10 +239,13 @@ if triton is not None:
                     valid = valid & (cols[None, :] != self_col[:, None])
                 acc = tl.where(valid, acc, float("inf"))
             # the common case: no row's tile minimum beats its threshold, one reduction
-            improves = tl.max((tl.min(acc, 1) < worst).to(tl.int32), 0)
+            tile_low = tl.min(acc, 1)
+            improves = tl.max((tile_low < worst).to(tl.int32), 0)
             while improves > 0:
                 low, low_lane = tl.min(acc, 1, return_indices=True)  # ties: the lower column
                 enters = low < worst
+                if FLOOR:  # what leaves: the evicted entry, or (the row is done) the tile's least
+                    floor = tl.minimum(floor, tl.where(enters, worst, low))
                 # the entry to replace: the worst score, and among equal worst scores the
                 # highest column (in index order every earlier column is lower than this
                 # tile's; rotated, any equal one will do)
@@ -249,7 +255,10 @@ if triton is not None:
                 best_col = tl.where(put, (start + low_lane).to(tl.int32)[:, None], best_col)
                 worst = tl.max(best, 1)
                 acc = tl.where(lanes[None, :] == low_lane[:, None], float("inf"), acc)
-                improves = tl.max((tl.min(acc, 1) < worst).to(tl.int32), 0)
+                tile_low = tl.min(acc, 1)
+                improves = tl.max((tile_low < worst).to(tl.int32), 0)
+            if FLOOR:  # what stays in the tile never entered
+                floor = tl.minimum(floor, tile_low)
         found = best_col >= 0
         keys = tl.sort(tl.where(found, _order_key(best + 0.0, best_col + ref_offset), 0x7FFFFFFFFFFFFFFF), 1)
         missing = keys == 0x7FFFFFFFFFFFFFFF
@@ -258,6 +267,8 @@ if triton is not None:
         out = rows[:, None] * stride_out + split * C + slots[None, :]
         tl.store(OUT_SCORE + out, scores, mask=row_ok[:, None])
         tl.store(OUT_INDEX + out, index, mask=row_ok[:, None])
+        if FLOOR:
+            tl.store(OUT_FLOOR + rows * tl.num_programs(1) + split, floor, mask=row_ok)
 
 
 def _next_pow2(x: int) -> int:
@@ -475,6 +486,7 @@ def fused_candidates(
     self_cols: torch.Tensor | None = None,
     anchors: torch.Tensor | None = None,
     merge_splits: bool = True,
+    floor: bool = False,
 ):
     """Best ``C >= c`` candidates of every query among the rows of ``R``, in one launch.
 
@@ -524,11 +536,17 @@ def fused_candidates(
         ``(n_query, splits * C)``, each ``C`` wide block ascending: every
         reference left out scores at least the largest entry of its own block.
         Saves the merge's ~30 small launches where the caller re-ranks anyway.
+    floor : bool
+        Also return, per query, the least score of the references left out of
+        its lists (``+inf``: none): a bound on them that is usually well above
+        the largest kept score, so a certificate can settle the C-th place too.
 
     Returns
     -------
     scores, index : (n_query, C) float32 and int64, ascending by (score, index);
         missing entries are ``(+inf, -1)``.
+    floor : (n_query,) float32, with ``floor=True`` only
+        A score every reference left out of the returned lists reaches.
     """
     C = _check_fused_arguments(Q, R, c, metric_name, precision)
     n_query, n_ref = Q.shape[0], R.shape[0]
@@ -553,20 +571,26 @@ def fused_candidates(
         n_splits = triton.cdiv(max(n_ref, 1), refs_per_split)
         scores = torch.empty((n_query, n_splits * C), dtype=torch.float32, device=Q.device)
         index = torch.empty((n_query, n_splits * C), dtype=torch.int64, device=Q.device)
+        floors = torch.empty((n_query, n_splits), dtype=torch.float32, device=Q.device) if floor else None
         if n_query == 0:
-            return scores[:, :C], index[:, :C]
+            return (scores[:, :C], index[:, :C]) + ((floors[:, 0],) if floor else ())
         _fused_candidates_kernel[(q_blocks, n_splits)](
             Q, R, R if ref_bias is None else ref_bias.contiguous(), self_cols if exclude_self else index,
-            index if first_tiles is None else first_tiles, scores, index,
+            index if first_tiles is None else first_tiles, scores, index, scores if floors is None else floors,
             n_query, n_ref, refs_per_split, ref_offset,
             *q_strides, *r_strides, scores.stride(0),
             D=d, TAIL=tail, SCORE=score, HAS_BIAS=ref_bias is not None, EXCLUDE_SELF=exclude_self,
             ROTATE=first_tiles is not None, C=C, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-            PRECISION=precision, WIDE=max(Q.numel(), R.numel(), scores.numel()) >= WIDE_OFFSETS_FROM, num_warps=num_warps,
+            PRECISION=precision, WIDE=max(Q.numel(), R.numel(), scores.numel()) >= WIDE_OFFSETS_FROM, FLOOR=floor,
+            num_warps=num_warps,
         )
         if n_splits > 1 and merge_splits:
             scores, index = topk_by_score_then_index(scores, index, C)
-        return scores, index
+            if floor:  # what the merge drops scores at least the merged list's last entry
+                floors = torch.minimum(floors.amin(1, keepdim=True), scores[:, -1:])
+        if not floor:
+            return scores, index
+        return scores, index, floors[:, 0] if n_splits == 1 else floors.amin(1)
 
     blocks = (block_m or bm, block_n or bn, num_warps or warps)
     if block_m is None and block_n is None and num_warps is None and n_query:

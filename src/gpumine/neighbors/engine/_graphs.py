@@ -127,7 +127,7 @@ class _CapturedSearch:
         # checked after the replay; NaN and infinity scrubbed meanwhile, so nothing turns them into an index
         extremes, integral, tiniest = _input_facts(inputs)
         refs = _References(self.ref_in, sp.metric, sp.plan.ref_rows, sp.device, resident=True)
-        scores, index, certified, Qp, ids = first_pass(sp, refs, query, 0, self.exclude_self)
+        scores, index, certified, Qp, ids, outside = first_pass(sp, refs, query, 0, self.exclude_self)
         open_rows = (~certified).sum()
         flags = [torch.cat(extremes).double(), torch.cat(integral).double(), torch.cat(tiniest).double(),
                  open_rows.double()[None]]
@@ -136,6 +136,7 @@ class _CapturedSearch:
             self.host_scores.copy_(scores, non_blocking=True)
             self.host_index.copy_(index, non_blocking=True)
         self.refs, self.query, self.scores, self.index, self.certified, self.Qp, self.ids = refs, query, scores, index, certified, Qp, ids
+        self.outside = outside  # with a spare entry (the float64 order's), its bound
 
     def capture(self) -> None:
         device = self.sp.device
@@ -171,7 +172,10 @@ class _CapturedSearch:
             # a copy of the references: what the retries cache on it must not outlive this replay
             retries = _Retries(self.sp, copy.copy(self.refs), self.ref_in, self.exclude_self)
             failed = (~self.certified).nonzero().squeeze(1)
-            retries.settle(self.query, self.Qp, self.ids, self.scores, self.index, failed, self.sp.c)
+            # the float64 order follows unless the replay's float32 scores are exact (see _ordered)
+            float64_next = not (self.integral and exact_for_range(self.sp.metric, self.ref_in.shape[1], *self.span))
+            retries.settle(self.query, self.Qp, self.ids, self.scores, self.index, failed, self.sp.c, self.outside,
+                           float64_next=float64_next)
         if on_device:
             return self.scores, self.index
         if self.to_host and not open_rows:
@@ -394,7 +398,7 @@ def _ordered(entry: _CapturedSearch, found, k: int, metric: Metric, exclude_self
     if entry.integral and exact_for_range(metric, entry.ref_in.shape[1], *entry.span):
         return scores[:, :k].to(result_device, copy=True), index[:, :k].to(result_device, copy=True)
     ordered = order_by_float64(entry.ref_in, entry.query, scores, index, k, metric, exclude_self, budget_bytes,
-                               entry.sp.device, max_open=_GRAPH_MAX_OPEN_ROWS, kernel=True)
+                               entry.sp.device, max_open=_GRAPH_MAX_OPEN_ROWS, kernel=True, outside=entry.outside)
     if ordered is None:
         return None
     _, index, scores = ordered
@@ -506,7 +510,7 @@ def search_with_graph(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Me
         return None
     if entry is None:
         sp = plan_search(ref, query, width, metric, device=device, budget_bytes=working_memory_bytes(working_memory, device),
-                         backend=backend, precision=precision)
+                         backend=backend, precision=precision, spare=1 if width > k else 0)
         with _lock:
             if not (sp.fused and sp.resident and sp.plan.query_rows >= n_query and sp.plan.ref_rows >= n_ref):
                 _remember(_ineligible, key)

@@ -155,6 +155,10 @@ class SearchPlan:
         The references stay on the device for the whole search.
     n_ref : int
         Number of references.
+    spare : int
+        Trailing list entries the certificate does not settle (0 or 1): a row is
+        final when its first ``k - spare`` are, and the search also reports a
+        bound on every reference left out of its list (see :func:`plan_search`).
     """
 
     k: int
@@ -171,11 +175,21 @@ class SearchPlan:
     retry_plan: TilePlan
     resident: bool
     n_ref: int
+    spare: int = 0
 
 
 def plan_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *, device: torch.device, budget_bytes: int,
-                backend: str = "torch", precision: str = "exact") -> SearchPlan:
-    """Decide how :func:`knn_search` runs a search (no GPU work, no host wait)."""
+                backend: str = "torch", precision: str = "exact", spare: int = 0) -> SearchPlan:
+    """Decide how :func:`knn_search` runs a search (no GPU work, no host wait).
+
+    ``spare``: the list's last entry is wanted only as a bound (the float64
+    order's (k+1)-th: a float32 score below every reference left out of the
+    first k). The certificate then settles the first ``k - 1`` entries against
+    the kernel's floor of the references left out, so the fused kernel keeps
+    ``k`` candidates where it would keep ``k + 1`` (16 slots become 8 at k = 8).
+    """
+    if spare not in (0, 1) or spare >= k:
+        raise ValueError(f"spare must be 0, or 1 with k >= 2; got spare={spare}, k={k}")
     n_query, d = query.shape
     n_ref = ref.shape[0]
     dtype = ref.dtype
@@ -202,7 +216,7 @@ def plan_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, 
     direct = fused and _scores_directly(metric, d)
     if fused:
         precision = fused_precision
-        c = fused_candidate_count(k, n_ref, precision, n_query)
+        c = max(k, fused_candidate_count(k - spare, n_ref, precision, n_query))
     plan = retry_plan = plan_tiles(n_query, n_ref, d, c, ref.element_size(), budget_bytes)
     resident = _fits_resident(ref, device)
     if fused:
@@ -214,7 +228,7 @@ def plan_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, 
                         budget_bytes=budget_bytes)
     return SearchPlan(k=k, metric=metric, device=device, backend=backend, precision=precision, c=c, fused=fused, direct=direct,
                        tile_select=tile_select, kernel_rerank=kernel_rerank, plan=plan, retry_plan=retry_plan,
-                       resident=resident, n_ref=n_ref)
+                       resident=resident, n_ref=n_ref, spare=spare)
 
 
 def fused_launch_rows(n_ref: int, d: int, budget_bytes: int, streamed: bool = False) -> int:

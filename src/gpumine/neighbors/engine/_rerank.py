@@ -17,11 +17,14 @@ from ._rerank_kernel import (RERANK_KERNEL_AVAILABLE, RERANK_MAX_FEATURES, RERAN
 
 
 def _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, query_ids, exclude_self, plan, direct=False,
-            precision="exact", on_kernel=False):
-    """Exact scores of the candidates, the best k by (score, index), and which rows are certified.
+            precision="exact", on_kernel=False, spare=0):
+    """Exact scores of the candidates, the best k by (score, index), which rows are certified, and ``outside``.
 
     ``cth``: per row, a candidate-phase score that every reference left out
-    reaches. ``direct``: the candidate scores are direct-difference sums (the
+    reaches. ``spare`` (0 or 1): a row is certified when its first ``k - spare``
+    entries are final; ``outside`` (with ``spare``, else None) is then, per row,
+    a float64 lower bound on the exact score of every reference not in its k
+    (the last entry's own, or below it the bound on those left out). ``direct``: the candidate scores are direct-difference sums (the
     fused kernel's low-dimensional L2), whose error bound is relative to the score.
     ``on_kernel``: a search that may use Triton, whose selection (and at few
     features the exact scoring) runs as one launch (:mod:`gpumine.neighbors.engine._rerank_kernel`),
@@ -72,10 +75,14 @@ def _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, query_ids, exclud
     else:
         low = metric.bounds(Qp, refs.scale, d, Q.device, cth, cth, precision)[0]
         offset, offset_error = (t.double() for t in metric.tile_offset(Qp, d))
-    certified = cth.double() + offset - low.double() - offset_error > scores[:, k - 1].double()
-    if c >= n_ref:
+    reached = cth.double() + offset - low.double() - offset_error
+    certified = reached > scores[:, k - 1 - spare].double()
+    last = scores[:, k - 1].double()
+    outside = torch.minimum(reached, last) if spare else None
+    if c >= n_ref:  # every reference was a candidate: the list holds the exact best k
         certified = torch.ones_like(certified)
-    return scores, index, certified
+        outside = last if spare else None
+    return scores, index, certified, outside
 
 
 def _exact_scan(Q: torch.Tensor, query_ids: torch.Tensor, refs: _References, metric: Metric, k: int, exclude_self: bool, budget_bytes: int):

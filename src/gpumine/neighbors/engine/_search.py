@@ -263,12 +263,18 @@ def knn_search(
 
 
 def _engine_search(ref, query, k, metric, exclude_self, out_scores, out_index, *, device, budget_bytes, verbose, stats, backend,
-                   precision) -> None:
-    """The tile/fused engine: top k by (float32 or float64 exact score, index) into ``out_scores``/``out_index``."""
+                   precision, out_outside=None) -> None:
+    """The tile/fused engine: top k by (float32 or float64 exact score, index) into ``out_scores``/``out_index``.
+
+    ``out_outside`` (float64, one entry per query): the lists' last entry is a spare
+    (see :func:`plan_search`), and this receives each row's bound on every reference
+    outside its list.
+    """
     n_query = query.shape[0]
     if n_query == 0:
         return
-    sp = plan_search(ref, query, k, metric, device=device, budget_bytes=budget_bytes, backend=backend, precision=precision)
+    sp = plan_search(ref, query, k, metric, device=device, budget_bytes=budget_bytes, backend=backend, precision=precision,
+                     spare=0 if out_outside is None else 1)
     refs = _References(ref, metric, sp.plan.ref_rows, device, resident=sp.resident)
     retries = _Retries(sp, refs, ref, exclude_self)
     n_blocks = -(-n_query // sp.plan.query_rows)
@@ -280,13 +286,17 @@ def _engine_search(ref, query, k, metric, exclude_self, out_scores, out_index, *
                 ids = torch.arange(q0, q0 + Q.shape[0], device=device)
                 scores, index, failed = _exact_tile_topk(Q, refs, k, q0, exclude_self)
                 c_tried = 0  # no candidate list yet: rows with tied scores start from the usual c
+                # exact lists (the failed rows' are replaced): nothing outside beats the last entry
+                outside = scores[:, k - 1].double() if sp.spare else None
             else:
-                scores, index, certified, Qp, ids = first_pass(sp, refs, Q, q0, exclude_self)
+                scores, index, certified, Qp, ids, outside = first_pass(sp, refs, Q, q0, exclude_self)
                 failed = (~certified).nonzero().squeeze(1)
                 c_tried = sp.c
-            retries.settle(Q, Qp, ids, scores, index, failed, c_tried)
+            retries.settle(Q, Qp, ids, scores, index, failed, c_tried, outside, float64_next=out_outside is not None)
             out_scores[q0 : q0 + Q.shape[0]] = scores.to(result_device)
             out_index[q0 : q0 + Q.shape[0]] = index.to(result_device)
+            if out_outside is not None:
+                out_outside[q0 : q0 + Q.shape[0]] = outside.to(out_outside.device)
             bar.update()
     if stats is not None:
         retries.report(stats)
@@ -377,8 +387,10 @@ def _runs_dense(ref, query, k, metric, exclude_self, order64, float64_order, eng
                            precision=precision).fused:
             return True
         probe_backend = "triton"
+    # the float64 order's extra entry is a spare, as in the search (see plan_search)
+    spare = 1 if order64 and width == k + (1 if exclude_self else 0) + 1 else 0
     sp = plan_search(ref, sample, width, metric, device=device, budget_bytes=engine["budget_bytes"], backend=probe_backend,
-                     precision=precision)
+                     precision=precision, spare=spare)
     if not (sp.fused and sp.plan.query_rows >= sample.shape[0]):
         return True  # the tile engine's selection costs more than a dense pass
     # and, with few references, the float64 order's certificate (see order_by_float64): data whose
@@ -484,11 +496,12 @@ def probe_open_rows(sp: SearchPlan, refs: "_References", ref: torch.Tensor, samp
                     check64: bool, budget_bytes: int) -> torch.Tensor:
     """The probe's count of sample rows left open (a 0-d tensor, no host wait): the fused first pass's
     certificate and, with ``check64``, the float64 order's (see :func:`_runs_dense`)."""
-    scores, index, certified = first_pass(sp, refs, sample, 0, False)[:3]
+    scores, index, certified, _, _, outside = first_pass(sp, refs, sample, 0, False)
     open_rows = ~certified
     if check64:
         keys = ranked_by_float64(sample, ref, index, metric, budget_bytes, kernel=True)[0]
-        open_rows |= ~certified_rows(keys, scores.amax(1), width - 1, metric, ref.shape[1])
+        last = scores.amax(1) if outside is None else outside
+        open_rows |= ~certified_rows(keys, last, width - 1, metric, ref.shape[1])
     return open_rows.sum()
 
 
@@ -523,11 +536,13 @@ def _search_ordered(ref, query, k, metric, exclude_self, order64, *, device, bud
     width = float64_list_width(k, ref.shape[0], exclude_self) if order64 else k
     scores = torch.empty((query.shape[0], width), dtype=ref.dtype, device=device)
     index = torch.empty((query.shape[0], width), dtype=torch.int64, device=device)
-    _engine_search(ref, query, width, metric, exclude_self, scores, index, **engine)
+    # the (k+1)-th entry is wanted only as the float64 order's bound: a spare (see plan_search)
+    outside = torch.empty(query.shape[0], dtype=torch.float64, device=device) if width > k else None
+    _engine_search(ref, query, width, metric, exclude_self, scores, index, **engine, out_outside=outside)
     if not order64:
         return scores, index
     keys, index, _ = order_by_float64(ref, query, scores, index, k, metric, exclude_self, budget_bytes, device, stats,
-                                      kernel=backend in ("auto", "triton"))
+                                      kernel=backend in ("auto", "triton"), outside=outside)
     return keys, index
 
 
@@ -580,9 +595,11 @@ def finish_scores(scores: torch.Tensor, metric: Metric, as_distance: bool, scale
 def first_pass(sp: SearchPlan, refs: "_References", Q: torch.Tensor, q0: int, exclude_self: bool):
     """Candidates, exact re-rank and certificate of one query block, with no host wait.
 
-    Returns ``(scores, index, certified, Qp, ids)``: the best k by exact score,
-    which rows are certified final, and the prepared queries and their global
-    ids (for the retries of the others). Not for exact-tile searches.
+    Returns ``(scores, index, certified, Qp, ids, outside)``: the best k by exact
+    score, which rows are certified final, the prepared queries and their global
+    ids (for the retries of the others), and with ``sp.spare`` a bound per row on
+    every reference outside its list (see :func:`_rerank`; else None). Not for
+    exact-tile searches.
     """
     metric, device = sp.metric, Q.device
     Qp = metric.prepare(Q, refs.centre, "query")
@@ -592,9 +609,10 @@ def first_pass(sp: SearchPlan, refs: "_References", Q: torch.Tensor, q0: int, ex
     else:
         cand_scores, cand_index = _candidates(Qp, refs, ids, sp.c, exclude_self, sp.precision)
         cth = cand_scores.amax(1)
-    scores, index, certified = _rerank(Q, Qp, cth, cand_index, refs, metric, sp.k, sp.c, sp.n_ref, ids, exclude_self, sp.plan,
-                                       direct=sp.direct, precision=sp.precision, on_kernel=sp.fused or sp.kernel_rerank)
-    return scores, index, certified, Qp, ids
+    scores, index, certified, outside = _rerank(Q, Qp, cth, cand_index, refs, metric, sp.k, sp.c, sp.n_ref, ids, exclude_self,
+                                                sp.plan, direct=sp.direct, precision=sp.precision,
+                                                on_kernel=sp.fused or sp.kernel_rerank, spare=sp.spare)
+    return scores, index, certified, Qp, ids, outside
 
 
 class _Retries:
@@ -603,7 +621,7 @@ class _Retries:
     def __init__(self, sp: SearchPlan, refs: "_References", ref: torch.Tensor, exclude_self: bool):
         self.sp, self.refs, self.ref, self.exclude_self = sp, refs, ref, exclude_self
         self.retry_refs = None  # retries on the torch selection run on its own (narrower) reference tiles
-        self.n_fallback = self.n_retried = 0
+        self.n_fallback = self.n_retried = self.n_deferred = 0
 
     def _retry_refs(self):
         if self.retry_refs is None:
@@ -611,9 +629,19 @@ class _Retries:
             self.retry_refs = _retry_references(self.refs, self.ref, sp.retry_plan, sp.plan, sp.metric, sp.device)
         return self.retry_refs
 
-    def settle(self, Q, Qp, ids, scores, index, failed, c_tried) -> None:
-        """Make ``scores``/``index`` final in place for the rows ``failed`` (the others are)."""
+    def settle(self, Q, Qp, ids, scores, index, failed, c_tried, outside=None, float64_next=False) -> None:
+        """Make ``scores``/``index`` final in place for the rows ``failed`` (the others are), and
+        ``outside`` (a spare entry's bound, see :func:`_rerank`) where given.
+
+        ``float64_next``: the float64 order follows (see :mod:`._float64_order`), and
+        up to ``SPARE_DEFERRED_MAX_ROWS`` failed rows are left to its exact scan
+        instead (their ``outside`` set to -inf, so its certificate leaves them open).
+        """
         sp, refs, exclude_self = self.sp, self.refs, self.exclude_self
+        if float64_next and outside is not None and 0 < failed.numel() <= SPARE_DEFERRED_MAX_ROWS:
+            outside[failed] = float("-inf")
+            self.n_deferred += failed.numel()
+            return
         metric, k, c, n_ref, plan, d = sp.metric, sp.k, sp.c, sp.n_ref, sp.plan, Q.shape[1]
         # rows the certificate could not settle (close calls, exact ties or duplicates
         # around the k-th place): ONE retry with a wider list (it settles near-ties of
@@ -636,10 +664,13 @@ class _Retries:
                 # references) tiles and top-k took a fifth of a 1M-query search
                 Qf, Qpf = Q[failed], _take_rows(Qp, failed)
                 _, ci, cth_f = _candidates_fused(Qf, Qpf, refs, ids[failed], c_retry, exclude_self, sp.precision)
-                f_scores, f_index, ok = _rerank(Qf, Qpf, cth_f, ci, refs, metric, k, c_retry, n_ref, ids[failed], exclude_self,
-                                                plan, direct=sp.direct, precision=sp.precision, on_kernel=True)
+                f_scores, f_index, ok, f_outside = _rerank(Qf, Qpf, cth_f, ci, refs, metric, k, c_retry, n_ref, ids[failed],
+                                                           exclude_self, plan, direct=sp.direct, precision=sp.precision,
+                                                           on_kernel=True, spare=sp.spare)
                 settled = failed[ok]
                 scores[settled], index[settled] = f_scores[ok], f_index[ok]
+                if outside is not None:
+                    outside[settled] = f_outside[ok]
                 failed = failed[~ok]
                 continue
             retry_refs = self._retry_refs()
@@ -650,10 +681,13 @@ class _Retries:
                 rows = failed[s0 : s0 + step]
                 Qf, Qpf = Q[rows], _take_rows(Qp, rows)
                 cs, ci = _candidates(Qpf, retry_refs, ids[rows], c_retry, exclude_self, sp.precision)
-                f_scores, f_index, ok = _rerank(Qf, Qpf, cs.amax(1), ci, retry_refs, metric, k, c_retry, n_ref, ids[rows], exclude_self,
-                                                plan, precision=sp.precision, on_kernel=sp.kernel_rerank)
+                f_scores, f_index, ok, f_outside = _rerank(Qf, Qpf, cs.amax(1), ci, retry_refs, metric, k, c_retry, n_ref, ids[rows],
+                                                           exclude_self, plan, precision=sp.precision,
+                                                           on_kernel=sp.kernel_rerank, spare=sp.spare)
                 settled = rows[ok]
                 scores[settled], index[settled] = f_scores[ok], f_index[ok]
+                if outside is not None:
+                    outside[settled] = f_outside[ok]
                 still_failed.append(rows[~ok])
             failed = torch.cat(still_failed)
         if failed.numel():
@@ -661,15 +695,23 @@ class _Retries:
             f_scores, f_index = _exact_scan(Q[failed], ids[failed], self._retry_refs(), metric, k, exclude_self, plan.budget_bytes)
             scores[failed] = f_scores
             index[failed] = f_index
+            if outside is not None:  # exact lists: every reference outside scores at least the last entry
+                outside[failed] = f_scores[:, k - 1].double()
 
     def report(self, stats: dict) -> None:
         sp = self.sp
-        stats.update(rows_exact_scan=self.n_fallback, rows_retried=self.n_retried, query_rows=sp.plan.query_rows,
+        stats.update(rows_exact_scan=self.n_fallback, rows_retried=self.n_retried, rows_deferred=self.n_deferred,
+                     query_rows=sp.plan.query_rows,
                      ref_rows=sp.plan.ref_rows, candidates=sp.c, references_resident=self.refs.resident, backend=sp.backend,
                      precision=sp.precision, selection="exact_tiles" if sp.tile_select else ("fused" if sp.fused else "tiles"))
 
 
 _MAX_RETRY_CANDIDATES = 16384
+# Rows of a spare search (the float64 order's, see plan_search) whose certificate fails are left,
+# up to this many, to the float64 order's exact scan, which runs anyway for its own open rows
+# (one launch): a retry round for them cost a host wait and ~40 launches (1M x 32,768 x 8: two
+# rows retried; BENCHMARKS.md, "Design measurements quoted in the code")
+SPARE_DEFERRED_MAX_ROWS = 32
 # widening rounds before the exact scan (see _Retries.settle)
 MAX_RETRY_ROUNDS = 1
 # How much the first retry on the fused kernel widens the candidate list (later ones: 8x). A
@@ -782,8 +824,8 @@ def _candidates_fused(Q, Qp, refs: _References, query_ids: torch.Tensor, c: int,
     """The Triton twin of :func:`_candidates`, one launch per reference tile: ``(scores, index, cth)``.
 
     ``cth`` is, per query, a score that every reference left out reaches (the
-    largest kept score, or with unmerged split lists the least of the splits'
-    largest), which is what the certificate needs.
+    kernel's floor: the least score of those it left out, see ``fused_candidates``),
+    which is what the certificate needs.
 
     Manhattan, and L2 at up to ``DIRECT_L2_MAX_FEATURES`` features, are scored
     from raw rows by direct differences; L2, cosine and inner product otherwise
@@ -811,31 +853,37 @@ def _candidates_fused(Q, Qp, refs: _References, query_ids: torch.Tensor, c: int,
             R, bias = R[:, :-1], R[:, -1].contiguous()
         q_perm, anchors = order.place(Q)
         self_cols = order.inverse[query_ids[q_perm]] if exclude_self else None
-        v, i = fused_candidates(queries[q_perm], R, c, metric_name=refs.metric.name, prepared=not direct,
-                                precision=kernel_precision, ref_bias=bias, self_cols=self_cols, anchors=anchors,
-                                merge_splits=merge_splits)
-        values, index = torch.empty_like(v), torch.empty_like(i)
+        v, i, fl = fused_candidates(queries[q_perm], R, c, metric_name=refs.metric.name, prepared=not direct,
+                                    precision=kernel_precision, ref_bias=bias, self_cols=self_cols, anchors=anchors,
+                                    merge_splits=merge_splits, floor=True)
+        values, index, floor = torch.empty_like(v), torch.empty_like(i), torch.empty_like(fl)
         values[q_perm] = v
         index[q_perm] = torch.where(i >= 0, order.perm[i.clamp(min=0)], i)
-        return values, index, _reached_by_excluded(values, c)
+        floor[q_perm] = fl
+        return values, index, floor
     if one_tile:
         R = next(tiles)[1]
         bias = None
         if split_bias:
             R, bias = R[:, :-1], R[:, -1].contiguous()
-        values, index = fused_candidates(queries, R, c, metric_name=refs.metric.name, prepared=not direct,
-                                         self_cols=query_ids if exclude_self else None, precision=kernel_precision, ref_bias=bias,
-                                         merge_splits=merge_splits)
-        return values, index, _reached_by_excluded(values, c)
-    values = index = None
+        return fused_candidates(queries, R, c, metric_name=refs.metric.name, prepared=not direct,
+                                self_cols=query_ids if exclude_self else None, precision=kernel_precision, ref_bias=bias,
+                                merge_splits=merge_splits, floor=True)
+    values = index = floor = None
     for r0, R in tiles:
         bias = None
         if split_bias:
             R, bias = R[:, :-1], R[:, -1]
-        v, i = fused_candidates(queries, R, c, metric_name=refs.metric.name, prepared=not direct, ref_offset=r0,
-                                self_cols=query_ids - r0 if exclude_self else None, precision=kernel_precision, ref_bias=bias)
-        values, index = (v, i) if values is None else _keep_best(values, index, v, i, c)
-    return values, index, values.amax(1)
+        v, i, fl = fused_candidates(queries, R, c, metric_name=refs.metric.name, prepared=not direct, ref_offset=r0,
+                                    self_cols=query_ids - r0 if exclude_self else None, precision=kernel_precision, ref_bias=bias,
+                                    floor=True)
+        if values is None:
+            values, index, floor = v, i, fl
+        else:
+            values, index = _keep_best(values, index, v, i, c)
+            # what the merge dropped scores at least the largest entry it kept
+            floor = torch.minimum(torch.minimum(floor, fl), values.amax(1))
+    return values, index, floor
 
 
 # Candidates per query up to which the fused kernel's split lists go to the re-rank unmerged.
@@ -843,17 +891,3 @@ def _candidates_fused(Q, Qp, refs: _References, query_ids: torch.Tensor, c: int,
 # scores number about 4 SMs x block_m x c in all: ~0.27M at c = 8 on a 132-SM GPU, cheaper than
 # the merge's launches; at c = 256 they would be ~9M.
 _UNMERGED_MAX_CANDIDATES = 32
-
-
-def _reached_by_excluded(values: torch.Tensor, c: int) -> torch.Tensor:
-    """Per row, a score every excluded reference reaches: the least of the blocks' largest kept scores.
-
-    ``values`` holds one or more ``C``-wide candidate blocks side by side (``C``: the
-    kernel's power of two, at least ``c``), each block one reference split's best.
-    """
-    C = max(2, 1 << (c - 1).bit_length())
-    if values.shape[1] <= C:
-        return values.amax(1)
-    return values.view(values.shape[0], -1, C).amax(2).amin(1)
-
-
