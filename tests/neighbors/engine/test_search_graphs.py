@@ -281,3 +281,20 @@ def test_automatic_backend_replays_the_fused_search_the_probe_chooses(graphs, mo
     if kind == "duplicates":
         assert not asked[0]
 
+
+
+@pytest.mark.parametrize("kind", ["gauss", "ties"])
+def test_product_searches_over_the_working_memory_replay_their_blocks_in_one_graph(graphs, monkeypatch, kind):
+    """A product selection whose scores exceed the working memory is captured as several query blocks, one after
+    another in one graph; each replay on new data gives the eager path's results (which blocks the queries its own way)."""
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_FIRST_PAIRS", 0)
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_MANY_PAIRS", 0)
+    monkeypatch.setattr(_exact_select, "EXACT_SELECT_TINY_TERMS", 0)
+    monkeypatch.setattr(_product_select, "PRODUCT_SELECT", True)
+    for R, Q in _datasets(kind, 57, 700, seed=11, n=N_DENSE):
+        got = kneighbors(R, Q, k=10, device="cuda", working_memory=4)
+        want = _eager(graphs, monkeypatch, R, Q, k=10, device="cuda", working_memory=4)
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0].view(np.int32), want[0].view(np.int32))
+    ((key, entry),) = graphs._graphs.items()
+    assert key[-1] == "product" and 1 < -(-700 // entry.block_rows) <= graphs.GRAPH_PRODUCT_MAX_BLOCKS

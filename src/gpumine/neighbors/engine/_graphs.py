@@ -58,6 +58,12 @@ GRAPH_PROBES = True
 # of their time, and a graph keeps its input buffers and its intermediates' memory pool.
 GRAPH_MAX_INPUT_BYTES = 1 << 27
 GRAPH_CACHE_SIZE = 4  # shapes kept, least recently used dropped first
+# A product selection over the working memory is captured as up to this many query blocks in one
+# graph (its lists are final per row; a block's float32 scores count 4 bytes, not the float64
+# tile's 8). The embedding shape (10,000 x 100,000 x 128) had stayed eager, where the host's work
+# between its launches took about a tenth of the search's time (BENCHMARKS.md, "Design
+# measurements quoted in the code")
+GRAPH_PRODUCT_MAX_BLOCKS = 4
 # Host operands reach a graph's input buffers through pinned buffers of their own, filled by
 # torch's multi-threaded copy, then transferred asynchronously: the physics operands (11.6 MB)
 # took about a third less time that way than as pageable copies (the driver stages those with
@@ -191,11 +197,15 @@ class _CapturedDense(_CapturedSearch):
     ``exact``: captured for integer data scored exactly in float32 (an integer
     centre computed on the device); a replay whose data does not qualify goes
     the eager way. Open rows are settled after the replay by the eager radius pass.
+    ``block_rows``: a product selection's queries per block (its lists are final
+    per row, so its blocks can follow one another in one graph).
     """
 
     def __init__(self, ref_shape, query_shape, k: int, metric: Metric, exclude_self: bool, to_host: bool, device, exact: bool,
-                 product: bool = False, products: dict | None = None, tensor_cores: bool = False):
+                 product: bool = False, products: dict | None = None, tensor_cores: bool = False,
+                 block_rows: int | None = None):
         self.metric, self.k, self.exact, self.device, self.product = metric, k, exact, device, product
+        self.block_rows = block_rows or query_shape[0]
         # exact integer products on tensor cores (captured so: a replay's data must qualify for them too)
         self.tensor_cores = tensor_cores
         # the product selection's float32 products (DenseReferences' keywords), chosen by a probe at capture
@@ -226,7 +236,15 @@ class _CapturedDense(_CapturedSearch):
         if self.product:  # the product-selection kernel's lists are final; open rows only count (see run)
             RT, QT = gather_layout(self.ref_in, query)
             counted = {}
-            keys, index = select_block(refs, query, QT, RT, 0, counted)
+            n, rows = query.shape[0], self.block_rows
+            if rows >= n:
+                keys, index = select_block(refs, query, QT, RT, 0, counted)
+            else:  # each block's scores are freed before the next block's: the graph's pool holds one
+                keys = torch.empty((n, self.k), dtype=torch.float64, device=self.device)
+                index = torch.empty((n, self.k), dtype=torch.int64, device=self.device)
+                for q0 in range(0, n, rows):
+                    q1 = min(n, q0 + rows)
+                    keys[q0:q1], index[q0:q1] = select_block(refs, query[q0:q1], QT[:, q0:q1], RT, q0, counted)
             block, open_rows = None, counted["rows_rescanned"].reshape(())
         else:
             block = _dense.first_pass(refs, query, 0)
@@ -334,6 +352,14 @@ class _DenseCapturePlan:
         self.device = device
 
 
+def _product_block_rows(ref, query, exclude_self: bool, budget: int, item: int) -> int:
+    """Queries per block of a captured product selection: each one's scores (``item`` bytes), prepared rows and
+    the data within ``budget``."""
+    per_row = ref.shape[0] * item + (ref.shape[1] + 8) * 8
+    inputs = 4 * (ref.numel() + (0 if exclude_self else query.numel()))
+    return max(1, (budget - inputs) // per_row)
+
+
 def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host, result_device,
                  as_distance, product: bool = False):
     """:func:`search_with_graph` for searches that run dense, or on the product selection (``product``): the result,
@@ -348,13 +374,14 @@ def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision
         available = ref.shape[0] - (1 if exclude_self else 0)
         item = 8 if tile_dtype_for(device) == torch.float64 else 4
         # one block: every score row and the candidates' re-score temporaries within the budget
-        if product:  # the scores, the prepared rows and the data (float64 scores: the largest products)
-            block_bytes = (query.shape[0] * (ref.shape[0] * item + (ref.shape[1] + 8) * 8)
-                           + 4 * (ref.numel() + (0 if exclude_self else query.numel())))
+        block_rows = None
+        if product:  # up to GRAPH_PRODUCT_MAX_BLOCKS blocks, one after another in the graph
+            block_rows = _product_block_rows(ref, query, exclude_self, budget, item)
+            fits = -(-query.shape[0] // block_rows) <= GRAPH_PRODUCT_MAX_BLOCKS
         else:
-            block_bytes = query.shape[0] * (ref.shape[0] * item * 2 + candidates_for(k, available, True) * (ref.shape[1] + 4) * 24)
+            fits = query.shape[0] * (ref.shape[0] * item * 2 + candidates_for(k, available, True) * (ref.shape[1] + 4) * 24) <= budget
         with _lock:
-            if block_bytes > budget:
+            if not fits:
                 _remember(_ineligible, key)
                 return None
             if key not in _seen:
@@ -367,8 +394,10 @@ def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision
         products = None
         if product and not exact and probes_float32(query.shape[0], ref.shape[0], device):
             products = float32_products(on_device_ref, on_device_query, k, metric, exclude_self)
+            if products:  # float32 scores: blocks of twice the rows where the plan counted float64 ones
+                block_rows = _product_block_rows(ref, query, exclude_self, budget, 4)
         entry = _CapturedDense(ref.shape, query.shape, k, metric, exclude_self, to_host, device, exact, product, products,
-                               tensor_cores)
+                               tensor_cores, block_rows)
         if not _capture_and_keep(key, entry, ref, query):
             return None
     with entry.lock:

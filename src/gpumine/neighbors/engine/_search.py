@@ -709,8 +709,8 @@ class _Retries:
 _MAX_RETRY_CANDIDATES = 16384
 # Rows of a spare search (the float64 order's, see plan_search) whose certificate fails are left,
 # up to this many, to the float64 order's exact scan, which runs anyway for its own open rows
-# (one launch): a retry round for them cost a host wait and ~40 launches (1M x 32,768 x 8: two
-# rows retried; BENCHMARKS.md, "Design measurements quoted in the code")
+# (one launch): a retry round is a host wait, a fused launch and its re-rank for them (1M x
+# 32,768 x 8 leaves two rows open; BENCHMARKS.md, "Design measurements quoted in the code")
 SPARE_DEFERRED_MAX_ROWS = 32
 # widening rounds before the exact scan (see _Retries.settle)
 MAX_RETRY_ROUNDS = 1
