@@ -62,3 +62,13 @@ def test_a_spare_needs_a_list_of_two_or_more():
     for k, spare in ((1, 1), (4, 2), (4, -1)):
         with pytest.raises(ValueError, match="spare"):
             plan_search(ref, query, k, get_metric("euclidean"), device=CPU, budget_bytes=1 << 30, spare=spare)
+
+
+def test_an_infinite_floor_gives_way_to_the_largest_kept_score():
+    # nothing finite left out (every reference kept, or an overflowed score): the kept maximum bounds it,
+    # and an infinite bound never certifies a row
+    from gpumine.neighbors.engine._search import _left_out_bound
+
+    values = torch.tensor([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])
+    bound = _left_out_bound(values, torch.tensor([float("inf"), 2.5]))
+    assert bound.tolist() == [3.0, 2.5]

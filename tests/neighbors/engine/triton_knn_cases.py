@@ -444,6 +444,58 @@ def test_tuning_records_a_shape_per_class_and_keeps_the_results(tmp_path, monkey
     np.testing.assert_array_equal(tuned_result[0], twin[0])
 
 
+def _left_out_minimum(exact, index, exclude_self):
+    kept = torch.zeros_like(exact, dtype=torch.bool)
+    kept.scatter_(1, index.clamp(min=0), index >= 0)
+    if exclude_self:
+        kept.fill_diagonal_(True)
+    return torch.where(kept, torch.inf, exact).amin(1)
+
+
+@pytest.mark.parametrize("mode", ["merged", "anchored"])
+def test_the_floor_bounds_every_reference_left_out_of_merged_or_rotated_lists(mode):
+    # integer data scored by direct differences: the kernel's scores are the exact ones
+    n_q, n_r, d = 21 * SCALE, 150 * SCALE, 6
+    R = torch.from_numpy(_data("integer", n_r, d, 42)).to(DEVICE)
+    Q = torch.from_numpy(_data("integer", n_q, d, 41)).to(DEVICE)
+    opts = dict(metric_name="euclidean", floor=True, **BLOCKS)
+    if mode == "merged":  # three splits' lists merged to the best 8: what the merge drops is left out too
+        v, i, floor = fused_candidates(Q, R, 8, splits=3, **opts)
+    else:  # each query block starts at its own tile and wraps around
+        anchors = torch.from_numpy(np.random.default_rng(3).integers(0, n_r, n_q)).to(DEVICE)
+        v, i, floor = fused_candidates(Q, R, 8, splits=1, anchors=anchors, **opts)
+    least = _left_out_minimum(get_metric("euclidean").exact_scores(Q, R.unsqueeze(0)), i, False)
+    assert torch.all(floor <= least) and torch.all(floor >= v[:, -1])
+    if mode == "anchored":  # one list: the floor is the least score left out
+        assert torch.equal(floor, least)
+
+
+def test_the_certificates_bound_covers_what_merged_launches_dropped(monkeypatch):
+    # references in several launches whose lists are merged (see the test below): every reference
+    # left out of the merged list, by a launch or by the merge, scores at least the bound
+    from gpumine.neighbors.engine import _plan, _search
+
+    X = _data("integer", 300, 2, 44)  # two features: scored by direct differences, exactly
+    Q = X[:16] + np.float32(0.5)
+    found = []
+    real = _search._candidates_fused
+
+    def keep(Qb, *args, **kwargs):
+        out = real(Qb, *args, **kwargs)
+        found.append((Qb, out[1], out[2]))
+        return out
+
+    monkeypatch.setattr(_search, "_candidates_fused", keep)
+    monkeypatch.setattr(_plan, "_FUSED_MIN_LAUNCH_ROWS", 100)
+    monkeypatch.setattr(_plan, "_fused_launch_bytes_per_row", lambda d: 1 << 30)
+    kneighbors(X, Q, 6, device=DEVICE, backend="triton")
+    assert found
+    R = torch.from_numpy(X).to(DEVICE)
+    for Qb, index, bound in found:
+        exact = get_metric("euclidean").exact_scores(Qb, R.unsqueeze(0))
+        assert torch.all(bound <= _left_out_minimum(exact, index, False))
+
+
 @pytest.mark.parametrize("exclude_self", [False, True])
 def test_unmerged_split_lists_hold_each_splits_best_and_bound_the_rest(exclude_self):
     from gpumine.core.select import topk_by_score_then_index
@@ -461,11 +513,7 @@ def test_unmerged_split_lists_hold_each_splits_best_and_bound_the_rest(exclude_s
     assert torch.equal(merged_again[0], merged[0]) and torch.equal(merged_again[1], merged[1])
     # the floor is the least score left out of every split's list: the bound the certificate uses
     exact = get_metric("euclidean").exact_scores(Q, R.unsqueeze(0))
-    kept = torch.zeros_like(exact, dtype=torch.bool)
-    kept.scatter_(1, i.clamp(min=0), i >= 0)
-    if exclude_self:
-        kept.fill_diagonal_(True)
-    torch.testing.assert_close(torch.where(kept, torch.inf, exact).amin(1), floor, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(_left_out_minimum(exact, i, exclude_self), floor, rtol=1e-6, atol=1e-6)
     assert torch.all(floor >= v.view(Q.shape[0], splits, 8).amax(2).amin(1))  # no looser than the old bound
 
 

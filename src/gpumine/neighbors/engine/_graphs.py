@@ -44,8 +44,8 @@ from . import _dense
 from ._dense import (DenseReferences, candidates_for, dense_by_size, dense_eligible, integer_centre_kind, integer_centre_on_device,
                      tile_dtype_for)
 from ._exact_select import exact_select_first, exact_select_supports
-from ._product_select import (FLOAT32_PROBE_MAX_OPEN, float32_products, gather_layout, probes_float32, product_select_first,
-                              product_select_supports, select_block)
+from ._product_select import (FLOAT32_PROBE_MAX_OPEN, float32_products, gather_layout, probes_float32, product_block_rows,
+                              product_select_first, product_select_supports, select_block)
 from ._summary_kernel import data_summary
 
 __all__ = ["search_with_graph", "clear_search_graphs", "GRAPH_SEARCHES"]
@@ -174,14 +174,16 @@ class _CapturedSearch:
         # data to scale or to search in float64 goes the eager way (see gpumine.neighbors.engine._magnitude)
         if _range_plan(self.ref_in, self.query, float(np.abs(extremes).max()), tiniest) != (torch.float32, None):
             return None
+        # the float64 order follows (_ordered) unless the replay's float32 scores are exact
+        self.float64_next = not (self.integral and exact_for_range(self.sp.metric, self.ref_in.shape[1], *self.span))
+        self.deferred = 0
         if open_rows:
             # a copy of the references: what the retries cache on it must not outlive this replay
             retries = _Retries(self.sp, copy.copy(self.refs), self.ref_in, self.exclude_self)
             failed = (~self.certified).nonzero().squeeze(1)
-            # the float64 order follows unless the replay's float32 scores are exact (see _ordered)
-            float64_next = not (self.integral and exact_for_range(self.sp.metric, self.ref_in.shape[1], *self.span))
             retries.settle(self.query, self.Qp, self.ids, self.scores, self.index, failed, self.sp.c, self.outside,
-                           float64_next=float64_next)
+                           float64_next=self.float64_next)
+            self.deferred = retries.n_deferred  # rows left to the float64 order's scan
         if on_device:
             return self.scores, self.index
         if self.to_host and not open_rows:
@@ -352,12 +354,11 @@ class _DenseCapturePlan:
         self.device = device
 
 
-def _product_block_rows(ref, query, exclude_self: bool, budget: int, item: int) -> int:
-    """Queries per block of a captured product selection: each one's scores (``item`` bytes), prepared rows and
-    the data within ``budget``."""
-    per_row = ref.shape[0] * item + (ref.shape[1] + 8) * 8
+def _product_block_rows(ref, query, k: int, exclude_self: bool, budget: int, item: int) -> int:
+    """Queries per block of a captured product selection (the eager search's rule, :func:`product_block_rows`, in
+    what the graph's input buffers leave of ``budget``; 0 where not one fits)."""
     inputs = 4 * (ref.numel() + (0 if exclude_self else query.numel()))
-    return max(1, (budget - inputs) // per_row)
+    return product_block_rows(ref.shape[0], ref.shape[1], k, item, budget - inputs)
 
 
 def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision, working_memory, to_host, result_device,
@@ -376,8 +377,8 @@ def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision
         # one block: every score row and the candidates' re-score temporaries within the budget
         block_rows = None
         if product:  # up to GRAPH_PRODUCT_MAX_BLOCKS blocks, one after another in the graph
-            block_rows = _product_block_rows(ref, query, exclude_self, budget, item)
-            fits = -(-query.shape[0] // block_rows) <= GRAPH_PRODUCT_MAX_BLOCKS
+            block_rows = _product_block_rows(ref, query, k, exclude_self, budget, item)
+            fits = block_rows > 0 and -(-query.shape[0] // block_rows) <= GRAPH_PRODUCT_MAX_BLOCKS
         else:
             fits = query.shape[0] * (ref.shape[0] * item * 2 + candidates_for(k, available, True) * (ref.shape[1] + 4) * 24) <= budget
         with _lock:
@@ -395,7 +396,7 @@ def _dense_graph(ref, query, k, metric, exclude_self, device, backend, precision
         if product and not exact and probes_float32(query.shape[0], ref.shape[0], device):
             products = float32_products(on_device_ref, on_device_query, k, metric, exclude_self)
             if products:  # float32 scores: blocks of twice the rows where the plan counted float64 ones
-                block_rows = _product_block_rows(ref, query, exclude_self, budget, 4)
+                block_rows = _product_block_rows(ref, query, k, exclude_self, budget, 4)
         entry = _CapturedDense(ref.shape, query.shape, k, metric, exclude_self, to_host, device, exact, product, products,
                                tensor_cores, block_rows)
         if not _capture_and_keep(key, entry, ref, query):
@@ -424,10 +425,12 @@ def _ordered(entry: _CapturedSearch, found, k: int, metric: Metric, exclude_self
     None when too many rows need a float64 scan (see ``_GRAPH_MAX_OPEN_ROWS``).
     """
     scores, index = found
-    if entry.integral and exact_for_range(metric, entry.ref_in.shape[1], *entry.span):
+    if not entry.float64_next:  # decided by the replay (rows it left open were settled for this)
         return scores[:, :k].to(result_device, copy=True), index[:, :k].to(result_device, copy=True)
+    # the rows the replay left to its scan come on top of the float64 order's own open rows
     ordered = order_by_float64(entry.ref_in, entry.query, scores, index, k, metric, exclude_self, budget_bytes,
-                               entry.sp.device, max_open=_GRAPH_MAX_OPEN_ROWS, kernel=True, outside=entry.outside)
+                               entry.sp.device, max_open=_GRAPH_MAX_OPEN_ROWS + entry.deferred, kernel=True,
+                               outside=entry.outside)
     if ordered is None:
         return None
     _, index, scores = ordered

@@ -103,6 +103,16 @@ def product_select_if_integral(n_query: int, n_ref: int, d: int) -> bool:
             and d >= PRODUCT_SELECT_LARGE_MIN_FEATURES)
 
 
+def product_block_rows(n_ref: int, d: int, k: int, score_bytes: int, budget_bytes: int) -> int:
+    """Queries per block of a product selection within ``budget_bytes`` (0 where not one fits).
+
+    Per query: its row of scores (``score_bytes`` each), its prepared rows and
+    per-row bounds (a split block's query rows: three float32 parts of d + 1
+    columns, and the split's temporaries) and the kernel's candidate lists.
+    """
+    return max(0, budget_bytes) // (n_ref * score_bytes + (3 * d + 16) * 8 + kept_candidates(k) * 12)
+
+
 def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool,
                           budget_bytes: int, stats: dict | None = None, tile_dtype: torch.dtype | None = None,
                           integral: bool | None = None, memo: ReferenceMemo | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,10 +142,7 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
     if refs is None:
         refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=tile_dtype or tile_dtype_for(device),
                                centre=centre, memo=memo, tensor_cores=tensor_cores)
-    item = torch.finfo(refs.score_dtype).bits // 8
-    # a block's scores, its prepared query rows, the per-row bounds and the kernel's candidate lists
-    # (a split block's query rows: three float32 parts of d + 1 columns, and the split's temporaries)
-    rows = max(1, min(n_query, budget_bytes // (n_ref * item + (3 * d + 16) * 8 + kept_candidates(k) * 12)))
+    rows = max(1, min(n_query, product_block_rows(n_ref, d, k, torch.finfo(refs.score_dtype).bits // 8, budget_bytes)))
     if rows >= n_query:  # one block: the kernel's lists are the result
         keys_out, index_out = select_block(refs, query, QT, RT, 0, stats)
     else:

@@ -860,15 +860,16 @@ def _candidates_fused(Q, Qp, refs: _References, query_ids: torch.Tensor, c: int,
         values[q_perm] = v
         index[q_perm] = torch.where(i >= 0, order.perm[i.clamp(min=0)], i)
         floor[q_perm] = fl
-        return values, index, floor
+        return values, index, _left_out_bound(values, floor)
     if one_tile:
         R = next(tiles)[1]
         bias = None
         if split_bias:
             R, bias = R[:, :-1], R[:, -1].contiguous()
-        return fused_candidates(queries, R, c, metric_name=refs.metric.name, prepared=not direct,
-                                self_cols=query_ids if exclude_self else None, precision=kernel_precision, ref_bias=bias,
-                                merge_splits=merge_splits, floor=True)
+        values, index, floor = fused_candidates(queries, R, c, metric_name=refs.metric.name, prepared=not direct,
+                                                self_cols=query_ids if exclude_self else None, precision=kernel_precision,
+                                                ref_bias=bias, merge_splits=merge_splits, floor=True)
+        return values, index, _left_out_bound(values, floor)
     values = index = floor = None
     for r0, R in tiles:
         bias = None
@@ -883,7 +884,14 @@ def _candidates_fused(Q, Qp, refs: _References, query_ids: torch.Tensor, c: int,
             values, index = _keep_best(values, index, v, i, c)
             # what the merge dropped scores at least the largest entry it kept
             floor = torch.minimum(torch.minimum(floor, fl), values.amax(1))
-    return values, index, floor
+    return values, index, _left_out_bound(values, floor)
+
+
+def _left_out_bound(values: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
+    """The kernel's floor as the certificate's ``cth``, or where it is infinite (nothing scored finite was left
+    out: every reference kept, or left out only by an overflow) the largest kept score, which bounds those too
+    and keeps an overflowed score from certifying a row (see :func:`_rerank`)."""
+    return torch.where(torch.isfinite(floor), floor, values.amax(1))
 
 
 # Candidates per query up to which the fused kernel's split lists go to the re-rank unmerged.
