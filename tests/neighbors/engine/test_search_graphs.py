@@ -283,18 +283,41 @@ def test_automatic_backend_replays_the_fused_search_the_probe_chooses(graphs, mo
 
 
 
-@pytest.mark.parametrize("kind", ["gauss", "ties"])
-def test_product_searches_over_the_working_memory_replay_their_blocks_in_one_graph(graphs, monkeypatch, kind):
+@pytest.mark.parametrize("kind,self_search", [("gauss", False), ("ties", False), ("gauss", True)])
+def test_product_searches_over_the_working_memory_replay_their_blocks_in_one_graph(graphs, monkeypatch, kind, self_search):
     """A product selection whose scores exceed the working memory is captured as several query blocks, one after
-    another in one graph; each replay on new data gives the eager path's results (which blocks the queries its own way)."""
+    another in one graph; each replay on new data gives the eager path's results (which blocks the queries its own way).
+    A self-search's blocks skip each query's own reference at their own offset."""
     monkeypatch.setattr(_exact_select, "EXACT_SELECT_FIRST_PAIRS", 0)
     monkeypatch.setattr(_exact_select, "EXACT_SELECT_MANY_PAIRS", 0)
     monkeypatch.setattr(_exact_select, "EXACT_SELECT_TINY_TERMS", 0)
     monkeypatch.setattr(_product_select, "PRODUCT_SELECT", True)
     for R, Q in _datasets(kind, 57, 700, seed=11, n=N_DENSE):
-        got = kneighbors(R, Q, k=10, device="cuda", working_memory=4)
-        want = _eager(graphs, monkeypatch, R, Q, k=10, device="cuda", working_memory=4)
+        args = (R,) if self_search else (R, Q)
+        got = kneighbors(*args, k=10, device="cuda", working_memory=6)
+        want = _eager(graphs, monkeypatch, *args, k=10, device="cuda", working_memory=6)
         np.testing.assert_array_equal(got[1], want[1])
         np.testing.assert_array_equal(got[0].view(np.int32), want[0].view(np.int32))
     ((key, entry),) = graphs._graphs.items()
-    assert key[-1] == "product" and 1 < -(-700 // entry.block_rows) <= graphs.GRAPH_PRODUCT_MAX_BLOCKS
+    n_query = N_DENSE if self_search else 700
+    assert key[-1] == "product" and 1 < -(-n_query // entry.block_rows) <= graphs.GRAPH_PRODUCT_MAX_BLOCKS
+
+
+def test_replays_that_leave_rows_to_the_float64_scan_equal_the_eager_path(graphs, monkeypatch):
+    """Tenths on a small grid (not whole numbers, so the float64 order follows each replay) leave many rows open
+    after the fused first pass; the replay hands them to the float64 order's scan rather than to retries."""
+    from gpumine.neighbors.engine import _search
+
+    monkeypatch.setattr(_search, "SPARE_DEFERRED_MAX_ROWS", 1 << 30)
+    monkeypatch.setattr(graphs, "_GRAPH_MAX_OPEN_ROWS", 1 << 30)
+    rng = np.random.default_rng(5)
+    deferred = []
+    for _ in range(4):
+        R = (rng.integers(0, 3, (N, 8)) * 0.1).astype(np.float32)
+        Q = (rng.integers(0, 3, (N, 8)) * 0.1).astype(np.float32)
+        got = kneighbors(R, Q, k=7, device="cuda", backend="triton")
+        want = _eager(graphs, monkeypatch, R, Q, k=7, device="cuda")
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0].view(np.int32), want[0].view(np.int32))
+        deferred += [entry.deferred for entry in graphs._graphs.values()]
+    assert len(graphs._graphs) == 1 and max(deferred) > 0
