@@ -291,6 +291,16 @@ def test_float32_results_on_spread_data_need_few_exact_scores(monkeypatch):
         check_exact(X.astype(np.float64), None, 12, "sqeuclidean", exclude_self=True)
 
 
+@pytest.mark.parametrize("scale", [1e-22, 1e-30, 1e-40])
+@pytest.mark.parametrize("d", [20, 120])
+def test_products_that_underflow_stay_within_the_bounds(d, scale):
+    # float32 data so small that its products fall below float32's normal range (rounding by an
+    # absolute half step, not a relative one) on a direct call, without the public API's scaling
+    X = (np.random.default_rng(34).random((700, d)) * scale).astype(np.float32)
+    check_exact(X, None, 5, "sqeuclidean", exclude_self=True)
+    check_exact(X, X[:40] * np.float32(1.5), 5, "euclidean")
+
+
 def test_float32_results_keep_zero_distances_positive():
     # centred rows so small that the products' bound is below float32's least step: a settled self pair's
     # product score may be just below 0, and is reported as +0 as its exact score is

@@ -126,9 +126,9 @@ def cpu_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *
     int64 reference indices, ties to the lower index. ``exclude_self``: ``query`` is
     ``ref`` and reference i is left out of row i's list (other copies of it are not).
     ``stats``, when given, receives which path ran and how many rows needed the
-    tie-complete second step. The data must be within :func:`knn_search`'s range
-    plan (it scales magnitudes near the ends of the float range first): the
-    products' error bounds have no term for underflowing float32 products.
+    tie-complete second step. The data's squared distances must be finite in its
+    dtype (:func:`knn_search`'s range plan searches wider data in float64); products
+    that underflow are within the bounds.
     """
     if not CPU_TREE_SEARCH or ref.device.type != "cpu" or query.device.type != "cpu":
         return None

@@ -23,6 +23,9 @@ from ._host_threads import _PARALLEL_MIN_GEMM, _run_blocks, _split
 
 _U32 = 2.0**-24
 _U64 = 2.0**-53
+# the spacing of subnormal numbers: a product or sum below the normal range rounds by up to half of it
+_TINY32 = 2.0**-149
+_TINY64 = 2.0**-1074
 
 
 class _Products:
@@ -103,6 +106,16 @@ class _Products:
         if self.name == "cosine":
             return rows, np.ones(len(Q)), np.ones(len(Q))
         return rows, np.zeros(len(Q)), norm * self.max_norm
+
+    def bound_scale(self, scale: np.ndarray, float64: bool) -> np.ndarray:
+        """``scale`` (of :meth:`query`) for :meth:`lower`/:meth:`upper`/:meth:`reach` with the products' absolute
+        error beside their relative one: products and sums below the normal range round by up to half a
+        subnormal step each, whatever their size (float32 data near 1e-22 has no normal products)."""
+        g = self.gamma(float64)
+        if g == 0.0:  # exact products
+            return scale
+        tiny = (2 * self.d + 4) * (_TINY64 if float64 else _TINY32)
+        return scale + tiny / ((3.0 if self.l2 else 2.0) * g)  # the bounds multiply the scale by 3 g or 2 g
 
     def gamma(self, float64: bool) -> float:
         """Relative error of one product score: the rounding of both rows (the data may be
@@ -371,12 +384,13 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
         values, cols, kept = _smallest(A, c, prod.levels)
         q, off = (scale[span[0] : span[1]], offset[span[0] : span[1]]) if all_rows else (scale[rows], offset[rows])
         approx = values.astype(np.float64) + off[:, None]  # ascending: adding one value per row keeps the order
-        kth = prod.upper(_kth_scores(approx, cols, K, results.refs, ascending=True), q, g)  # at least the exact K-th score
-        reach = prod.reach(kth, q, g)  # product scores of pairs that may score up to it
+        qb = prod.bound_scale(q, float64)
+        kth = prod.upper(_kth_scores(approx, cols, K, results.refs, ascending=True), qb, g)  # at least the exact K-th score
+        reach = prod.reach(kth, qb, g)  # product scores of pairs that may score up to it
         if c >= n_u:
             certified = np.ones(b, dtype=bool)
         else:  # what was left out has a product score of at least the largest kept one
-            certified = (prod.lower(approx[np.arange(b), kept - 1], q, g) > kth) | (kept >= n_u)
+            certified = (prod.lower(approx[np.arange(b), kept - 1], qb, g) > kth) | (kept >= n_u)
         cert = np.flatnonzero(certified)
         every = cert.size == b  # every row certified (most blocks): slices, no copies
         need = ((approx if every else approx[cert]) <= reach[cert, None]).sum(1)
@@ -487,7 +501,8 @@ def _certified_scores(prod: _Products, Q: np.ndarray, q: np.ndarray, cand: np.nd
             c = cand[at]
             G = np.take(Yp, c.reshape(-1), axis=0, mode="clip").reshape(*c.shape, -1)
             E[at] = np.matmul(G, Q[at, :, None])[..., 0] + bias[c] + q[at, None]  # q: the offset of L2 rows
-    lo, hi = prod.lower(E, q[:, None], g), prod.upper(E, q[:, None], g)
+    qb = prod.bound_scale(q, True)[:, None]
+    lo, hi = prod.lower(E, qb, g), prod.upper(E, qb, g)
     if padding is not None:
         lo[padding], hi[padding] = np.inf, np.inf
     order = np.argsort(E if padding is None else np.where(padding, np.inf, E), axis=1)
