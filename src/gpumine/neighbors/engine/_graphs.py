@@ -45,7 +45,7 @@ from ._dense import (DenseReferences, candidates_for, dense_by_size, dense_eligi
                      tile_dtype_for)
 from ._exact_select import exact_select_first, exact_select_supports
 from ._product_select import (FLOAT32_PROBE_MAX_OPEN, float32_products, gather_layout, probes_float32, product_block_rows,
-                              product_select_first, product_select_supports, select_block)
+                              product_select_first, product_select_supports, select_blocks)
 from ._summary_kernel import data_summary
 
 __all__ = ["search_with_graph", "clear_search_graphs", "GRAPH_SEARCHES"]
@@ -238,15 +238,8 @@ class _CapturedDense(_CapturedSearch):
         if self.product:  # the product-selection kernel's lists are final; open rows only count (see run)
             RT, QT = gather_layout(self.ref_in, query)
             counted = {}
-            n, rows = query.shape[0], self.block_rows
-            if rows >= n:
-                keys, index = select_block(refs, query, QT, RT, 0, counted)
-            else:  # each block's scores are freed before the next block's: the graph's pool holds one
-                keys = torch.empty((n, self.k), dtype=torch.float64, device=self.device)
-                index = torch.empty((n, self.k), dtype=torch.int64, device=self.device)
-                for q0 in range(0, n, rows):
-                    q1 = min(n, q0 + rows)
-                    keys[q0:q1], index[q0:q1] = select_block(refs, query[q0:q1], QT[:, q0:q1], RT, q0, counted)
+            # blocks one after another: the graph's pool holds one block's scores
+            keys, index = select_blocks(refs, query, QT, RT, self.block_rows, counted)
             block, open_rows = None, counted["rows_rescanned"].reshape(())
         else:
             block = _dense.first_pass(refs, query, 0)

@@ -33,7 +33,7 @@ from ._product_select_kernel import PRODUCT_SELECT_MAX_K, kept_candidates, produ
 from ._row_product_kernel import row_product_available
 from ._verdicts import TensorVerdicts
 
-__all__ = ["product_select_supports", "product_select_first", "product_select_if_integral", "product_select_search", "select_block", "PRODUCT_SELECT",
+__all__ = ["product_select_supports", "product_select_first", "product_select_if_integral", "product_select_search", "select_block", "select_blocks", "PRODUCT_SELECT",
            "PRODUCT_SELECT_MIN_FEATURES", "PRODUCT_SELECT_LARGE_MIN_FEATURES", "PRODUCT_SELECT_LARGE_MIN_PAIRS",
            "PRODUCT_SELECT_MAX_PAIRS", "PRODUCT_SELECT_INTEGRAL_MAX_PAIRS", "FLOAT32_PROBE", "float32_certifies"]
 
@@ -143,14 +143,7 @@ def product_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric
         refs = DenseReferences(ref, k, metric, exclude_self=exclude_self, tile_dtype=tile_dtype or tile_dtype_for(device),
                                centre=centre, memo=memo, tensor_cores=tensor_cores)
     rows = max(1, min(n_query, product_block_rows(n_ref, d, k, torch.finfo(refs.score_dtype).bits // 8, budget_bytes)))
-    if rows >= n_query:  # one block: the kernel's lists are the result
-        keys_out, index_out = select_block(refs, query, QT, RT, 0, stats)
-    else:
-        keys_out = torch.empty((n_query, k), dtype=torch.float64, device=device)
-        index_out = torch.empty((n_query, k), dtype=torch.int64, device=device)
-        for q0 in range(0, n_query, rows):
-            q1 = min(n_query, q0 + rows)
-            keys_out[q0:q1], index_out[q0:q1] = select_block(refs, query[q0:q1], QT[:, q0:q1], RT, q0, stats)
+    keys_out, index_out = select_blocks(refs, query, QT, RT, rows, stats)
     if stats is not None:  # asked for: one host wait for the count of rows the certificate left open
         stats.update(selection="product_select", candidates=kept_candidates(k), query_rows=rows, scores_exact=refs.exact,
                      tile_dtype=str(refs.tile_dtype).replace("torch.", ""),
@@ -261,6 +254,21 @@ def float32_certifies(refs: DenseReferences, query: torch.Tensor, RT: torch.Tens
         stats.update(float32_probe_rows=sample.shape[0], float32_probe_open=left_open,
                      float32_probes=stats.get("float32_probes", 0) + 1)
     return bool(finite) and scale < FLOAT32_SCORE_MAX_SQNORM and left_open <= FLOAT32_PROBE_MAX_OPEN * m
+
+
+def select_blocks(refs: DenseReferences, query: torch.Tensor, QT: torch.Tensor, RT: torch.Tensor, rows: int,
+                  stats: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`select_block` over the queries ``rows`` at a time (each block's scores freed before the next's): ``(float64
+    keys, index)``, no host wait. One block's lists are the result as they come."""
+    n_query = query.shape[0]
+    if rows >= n_query:
+        return select_block(refs, query, QT, RT, 0, stats)
+    keys = torch.empty((n_query, refs.k), dtype=torch.float64, device=query.device)
+    index = torch.empty((n_query, refs.k), dtype=torch.int64, device=query.device)
+    for q0 in range(0, n_query, rows):
+        q1 = min(n_query, q0 + rows)
+        keys[q0:q1], index[q0:q1] = select_block(refs, query[q0:q1], QT[:, q0:q1], RT, q0, stats)
+    return keys, index
 
 
 def select_block(refs: DenseReferences, query: torch.Tensor, QT: torch.Tensor, RT: torch.Tensor, q0: int,

@@ -77,11 +77,13 @@ def _rerank(Q, Qp, cth, cand_index, refs, metric, k, c, n_ref, query_ids, exclud
         offset, offset_error = (t.double() for t in metric.tile_offset(Qp, d))
     reached = cth.double() + offset - low.double() - offset_error
     certified = reached > scores[:, k - 1 - spare].double()
-    last = scores[:, k - 1].double()
-    outside = torch.minimum(reached, last) if spare else None
-    if c >= n_ref:  # every reference was a candidate: the list holds the exact best k
+    outside = None
+    if spare:
+        last = scores[:, k - 1].double()
+        # every reference was a candidate: the list holds the exact best k, nothing outside beats the last
+        outside = last if c >= n_ref else torch.minimum(reached, last)
+    if c >= n_ref:
         certified = torch.ones_like(certified)
-        outside = last if spare else None
     return scores, index, certified, outside
 
 
