@@ -588,3 +588,55 @@ def test_direct_products_equal_every_pairs_exact_scores(kind, same, metric):
     assert not direct_products_apply(m, 400, 400, d, 6)  # more pairs: the passes over every pair's product
     assert not direct_products_apply(m, n, 60, d, 6)  # few references per neighbour
     assert not direct_products_apply(get_metric("manhattan"), n, n, d, 6)
+
+
+def _count_symmetric(monkeypatch):
+    """Lower the symmetric products' feature threshold to these tests' sizes; a list of their results' shapes."""
+    formed = []
+    symmetric = host_gemm._symmetric_products
+    monkeypatch.setattr(host_gemm, "SYMMETRIC_MIN_FEATURES", 1)
+
+    def spy(*args):
+        S = symmetric(*args)
+        formed.append(None if S is None else S.shape)
+        return S
+
+    monkeypatch.setattr(host_gemm, "_symmetric_products", spy)
+    return formed
+
+
+@pytest.mark.parametrize("kind", ["random", "duplicates", "far"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_self_searches_on_symmetric_products_match_the_oracle(monkeypatch, kind, dtype):
+    # 600 distinct rows (random): three blocks of the lower triangle, two of them mirrored into the upper one
+    formed = _count_symmetric(monkeypatch)
+    X = _data(kind, 600, 24, seed=41, dtype=dtype)
+    distinct = len(np.unique(X, axis=0))
+    for k in (1, 7, 40):
+        assert check_exact(X, None, k, "sqeuclidean", exclude_self=True)["selection"] == "gemm"
+    assert check_exact(X, None, 5, "euclidean", exclude_self=True)["selection"] == "gemm"
+    assert formed and all(shape is not None and shape[0] == distinct for shape in formed)
+
+
+@pytest.mark.parametrize("scale", [1e-22, 1e-40])
+def test_symmetric_products_that_underflow_stay_within_the_bounds(monkeypatch, scale):
+    # float32 rows whose -2 y is subnormal: its halving is not the row's own float32
+    formed = _count_symmetric(monkeypatch)
+    X = (np.random.default_rng(42).random((600, 20)) * scale).astype(np.float32)
+    check_exact(X, None, 5, "sqeuclidean", exclude_self=True)
+    assert formed and formed[0] is not None
+
+
+def test_symmetric_products_mirror_the_lower_triangle_and_refuse_what_may_overflow():
+    X = np.random.default_rng(43).standard_normal((700, 30))
+    prod = host_gemm._Products(get_metric("sqeuclidean"), X, X, 20)
+    S = host_gemm._symmetric_products(prod, 700, BUDGET, 2)
+    Yp = prod.YT32.T.astype(np.float64)
+    assert S.shape == (700, prod.n_pad) and not S[:, 700:].any()
+    np.testing.assert_allclose(S[:, :700], Yp[:700] @ Yp[:700].T, rtol=1e-4, atol=1e-3)
+    block = host_gemm._SYMMETRIC_ROWS
+    apart = np.arange(700)[:, None] // block != np.arange(700)[None, :] // block  # pairs of rows in two blocks
+    np.testing.assert_array_equal(S[:, :700][apart], S[:, :700].T[apart])
+    assert host_gemm._symmetric_products(prod, 700, 700 * prod.n_pad * 4 - 1, 2) is None  # over the budget
+    big = host_gemm._Products(get_metric("sqeuclidean"), X * 2.0**62, X * 2.0**62, 20)
+    assert host_gemm._symmetric_products(big, 700, BUDGET, 2) is None  # 4 |y|^2 may pass float32's range

@@ -107,6 +107,11 @@ class _Products:
             return rows, np.ones(len(Q)), np.ones(len(Q))
         return rows, np.zeros(len(Q)), norm * self.max_norm
 
+    def own_rows(self, Q: np.ndarray) -> bool:
+        """Whether ``Q`` (of :meth:`query`, float32 products) is the references' own rows, the rows of ``YT32``
+        halved by -2: L2 centred at the mean (not :attr:`int_l2`)."""
+        return self.l2 and not self.int_l2 and self.centre is not None and Q is self._own[1]
+
     def bound_scale(self, scale: np.ndarray, float64: bool) -> np.ndarray:
         """``scale`` (of :meth:`query`) for :meth:`lower`/:meth:`upper`/:meth:`reach` with the products' absolute
         error beside their relative one: products and sums below the normal range round by up to half a
@@ -366,8 +371,11 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
     dtype = torch.float64 if float64 else torch.float32
     itemsize = 8 if float64 else 4
     block = _rows_per_block(budget_bytes, (itemsize + 2) * prod.n_pad, min(4 * _GEMM_ROWS, max(_GEMM_ROWS, _GEMM_BLOCK_SCORES // prod.n_pad)))
-    Qt = torch.from_numpy(Q if float64 else Q.astype(np.float32))
     all_rows = rows_in.size == Q.shape[0] and np.array_equal(rows_in, np.arange(rows_in.size))  # blocks are slices
+    own = None  # the references' products with themselves, formed once (_symmetric_products)
+    if not float64 and all_rows and prod.own_rows(Q) and prod.d >= SYMMETRIC_MIN_FEATURES:
+        own = _symmetric_products(prod, Q.shape[0], budget_bytes * workers, workers)
+    Qt = None if own is not None else torch.from_numpy(Q if float64 else Q.astype(np.float32))
     # float32 L2 results where a candidate's float64 product score may stand in for its exact score
     certify = float32_scores and prod.l2 and not prod.int_l2 and prod.d >= ESTIMATE_MIN_FEATURES
     local = threading.local()
@@ -378,9 +386,15 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
         if give_up.is_set():
             return rows, 0
         b = rows.size
-        if getattr(local, "buffer", None) is None:
-            local.buffer = torch.empty((block, prod.n_pad), dtype=dtype)
-        A = prod.scores(Qt[span[0] : span[1]] if all_rows else Qt[torch.from_numpy(rows)], local.buffer[:b])
+        if own is not None:  # this block's rows of the symmetric products, scaled and shifted in place
+            A = own[span[0] : span[1]]
+            np.multiply(A, -0.5, out=A)  # (-2 y) . (-2 x) / -2 = -2 x . y: exact (no product is subnormal)
+            A += prod.bias32
+            A = torch.from_numpy(A)
+        else:
+            if getattr(local, "buffer", None) is None:
+                local.buffer = torch.empty((block, prod.n_pad), dtype=dtype)
+            A = prod.scores(Qt[span[0] : span[1]] if all_rows else Qt[torch.from_numpy(rows)], local.buffer[:b])
         values, cols, kept = _smallest(A, c, prod.levels)
         q, off = (scale[span[0] : span[1]], offset[span[0] : span[1]]) if all_rows else (scale[rows], offset[rows])
         approx = values.astype(np.float64) + off[:, None]  # ascending: adding one value per row keeps the order
@@ -444,6 +458,45 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
     done = _run_blocks(work, _split(rows_in.size, block, workers), workers)
     counters["rows_tie_complete"] += sum(n for _, n in done)
     return np.concatenate([w for w, _ in done])
+
+
+# From this many features an L2 search of the references against themselves forms its float32 products
+# as one symmetric matrix (_symmetric_products: half the multiply-adds); below, the row blocks' own
+# products cost no more (BENCHMARKS.md, "Design measurements quoted in the code")
+SYMMETRIC_MIN_FEATURES = 512
+# Rows per block of the symmetric products' lower triangle
+_SYMMETRIC_ROWS = 256
+# The symmetric products use the reference rows (-2 y) on both sides, four times the query's products:
+# squared norms below this keep every partial sum finite in float32
+_SYMMETRIC_MAX_NORM = 2.0**124
+
+
+def _symmetric_products(prod: _Products, n: int, budget_bytes: int, workers: int) -> np.ndarray | None:
+    """``Yp @ Yp.T`` of the references' float32 product rows ``Yp`` (``-2 y``, :attr:`_Products.YT32`): (n, n_pad),
+    the padding columns 0; or None where it does not fit ``budget_bytes`` or may overflow.
+
+    The lower triangle is formed in row blocks over ``workers`` threads, each
+    block copying its part transposed into the upper one (the blocks write
+    disjoint parts). A block of rows scaled by -1/2 plus ``bias32`` is then the
+    float32 products of those queries against every reference: the left operand
+    ``-2 y / -2`` is a rounding of the query row as ``y``'s own float32 is (the
+    same one where ``-2 y`` is a normal float32), within the products' bound.
+    """
+    n_pad = prod.n_pad
+    if n * n_pad * 4 > budget_bytes or not float(prod.bias32[:n].max()) < _SYMMETRIC_MAX_NORM:
+        return None
+    Yp = prod.YT32.T  # (n_pad, d), row-major
+    S = np.empty((n, n_pad), dtype=np.float32)
+    S[:, n:] = 0.0  # padding columns: +inf once the bias is added
+
+    def lower(span):
+        s, e = span
+        np.matmul(Yp[s:e], Yp[:e].T, out=S[s:e, :e])
+        S[:s, s:e] = S[s:e, :s].T
+
+    blocks = [(s, min(n, s + _SYMMETRIC_ROWS)) for s in range(0, n, _SYMMETRIC_ROWS)]
+    _run_blocks(lower, blocks[::-1], workers)  # the widest blocks first: the threads finish together
+    return S
 
 
 # Scored terms (pairs x features) a second group of candidate widths would cost in fixed costs (_by_width)
