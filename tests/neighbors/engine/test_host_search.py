@@ -596,10 +596,11 @@ def _count_symmetric(monkeypatch):
     symmetric = host_gemm._symmetric_products
     monkeypatch.setattr(host_gemm, "SYMMETRIC_MIN_FEATURES", 1)
 
-    def spy(*args):
-        S = symmetric(*args)
+    def spy(*args, **kwargs):
+        found = symmetric(*args, **kwargs)
+        S = found[0] if isinstance(found, tuple) else found
         formed.append(None if S is None else S.shape)
-        return S
+        return found
 
     monkeypatch.setattr(host_gemm, "_symmetric_products", spy)
     return formed
@@ -630,7 +631,8 @@ def test_symmetric_products_that_underflow_stay_within_the_bounds(monkeypatch, s
 def test_symmetric_products_mirror_the_lower_triangle_and_refuse_what_may_overflow():
     X = np.random.default_rng(43).standard_normal((700, 30))
     prod = host_gemm._Products(get_metric("sqeuclidean"), X, X, 20)
-    S = host_gemm._symmetric_products(prod, 700, BUDGET, 2)
+    S, side = host_gemm._symmetric_products(prod, 700, BUDGET, 2, side=lambda: "side")
+    assert side == "side"
     Yp = prod.YT32.T.astype(np.float64)
     assert S.shape == (700, prod.n_pad) and not S[:, 700:].any()
     np.testing.assert_allclose(S[:, :700], Yp[:700] @ Yp[:700].T, rtol=1e-4, atol=1e-3)

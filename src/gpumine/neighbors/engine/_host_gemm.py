@@ -60,21 +60,19 @@ class _Products:
         self.levels = _select_levels(n_u, c)
         step = _GROUP**self.levels
         self.n_pad = -(-n_u // step) * step
-        # the reference rows as the products' operand, padded row-major (the products take the
-        # transposed view: no strided copy)
-        Yp = np.zeros((self.n_pad, self.d))
-        np.multiply(Y, -2.0 if self.l2 else -1.0, out=Yp[:n_u])
         bias = np.full(self.n_pad, np.inf)
         sq = np.einsum("ij,ij->i", Y, Y) if self.l2 else None
         bias[:n_u] = sq if self.l2 else 0.0
-        self.YT64, self.bias64 = torch.from_numpy(Yp).T, torch.from_numpy(bias)
+        self.bias64 = torch.from_numpy(bias)
+        self._YT64 = None  # formed where float64 products or scores run (float64_rows)
         self._own = (U, Y, ynorm, sq)  # the references' rows, reused where the queries are the references
         self.YT32 = self.bias32 = None
         if not self.exact64 or self.exact32 or self.int_l2:  # float32 products run
-            if self.int_l2:  # centred rows for these (YT64 keeps the integer ones)
-                Yp = Yp.copy()
-                np.multiply(self._rows(U, self.centre32)[0], -2.0, out=Yp[:n_u])
-            Yp32 = Yp.astype(np.float32)
+            # the reference rows as the products' operand (-2 y or -y rounded to float32), padded row-major
+            # (the products take the transposed view: no strided copy); int_l2: centred rows
+            Yp32 = np.zeros((self.n_pad, self.d), dtype=np.float32)
+            rows32 = self._rows(U, self.centre32)[0] if self.int_l2 else Y
+            np.multiply(rows32, -2.0 if self.l2 else -1.0, out=Yp32[:n_u], casting="same_kind")
             self.YT32 = Yp32.T
             bias32 = bias.copy()
             if self.l2:  # the squared norms of the rows the products see (-2 y, halved exactly)
@@ -106,6 +104,18 @@ class _Products:
         if self.name == "cosine":
             return rows, np.ones(len(Q)), np.ones(len(Q))
         return rows, np.zeros(len(Q)), norm * self.max_norm
+
+    @property
+    def YT64(self) -> torch.Tensor:
+        """The float64 products' reference rows (-2 y or -y; int_l2: the integer rows), padded, transposed view.
+
+        Formed on first use: the search's thread forms it before its blocks
+        (:func:`_gemm_pass`) where float64 products or scores run."""
+        if self._YT64 is None:
+            Yp = np.zeros((self.n_pad, self.d))
+            np.multiply(self._own[1], -2.0 if self.l2 else -1.0, out=Yp[: len(self._own[1])])
+            self._YT64 = torch.from_numpy(Yp).T
+        return self._YT64
 
     def own_rows(self, Q: np.ndarray) -> bool:
         """Whether ``Q`` (of :meth:`query`, float32 products) is the references' own rows, the rows of ``YT32``
@@ -348,22 +358,31 @@ def _gemm_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, prod=N
     if prod is None:
         prod = _Products(metric, U, Qu, min(U.shape[0], K + GEMM_MARGIN))
     results = _Results(Qu.shape[0], K, refs)
-    UT = _feature_major(metric, U)
+    own, UT = None, None  # own: the references' products with themselves (_symmetric_products)
+    if prod.d >= SYMMETRIC_MIN_FEATURES and not prod.passes()[0] and Qu is U and prod.own_rows(prod.query(Qu, False)[0]):
+        own, UT = _symmetric_products(prod, U.shape[0], budget_bytes * workers, workers,
+                                      side=lambda: _feature_major(metric, U))
+    if own is None:
+        UT = _feature_major(metric, U)
     wide = np.arange(Qu.shape[0])
     for float64 in prod.passes():
         if not wide.size:
             break
         Q, offset, scale = prod.query(Qu, float64)
         wide = _gemm_pass(prod, Q, offset, scale, wide, float64, Qu, U, UT, metric, results, budget_bytes, counters,
-                          workers, float32_scores)
+                          workers, float32_scores, None if float64 else own)
     counters["rows_exact_scan"] += wide.size
     _scan(results, wide, Qu, U, UT, metric, budget_bytes)
     return results.result()
 
 
 def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, results, budget_bytes, counters, workers,
-               float32_scores=False):
-    """Settle the query rows ``rows_in`` from float32 or float64 products; returns the rows left wide."""
+               float32_scores=False, own=None):
+    """Settle the query rows ``rows_in`` from float32 or float64 products; returns the rows left wide.
+
+    ``own``: :func:`_symmetric_products` of every query row (the references themselves, float32 products),
+    its rows scaled in place here.
+    """
     n_u = U.shape[0]
     K = results.K
     c = min(n_u, K + GEMM_MARGIN)
@@ -372,12 +391,12 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
     itemsize = 8 if float64 else 4
     block = _rows_per_block(budget_bytes, (itemsize + 2) * prod.n_pad, min(4 * _GEMM_ROWS, max(_GEMM_ROWS, _GEMM_BLOCK_SCORES // prod.n_pad)))
     all_rows = rows_in.size == Q.shape[0] and np.array_equal(rows_in, np.arange(rows_in.size))  # blocks are slices
-    own = None  # the references' products with themselves, formed once (_symmetric_products)
-    if not float64 and all_rows and prod.own_rows(Q) and prod.d >= SYMMETRIC_MIN_FEATURES:
-        own = _symmetric_products(prod, Q.shape[0], budget_bytes * workers, workers)
+    assert own is None or all_rows
     Qt = None if own is not None else torch.from_numpy(Q if float64 else Q.astype(np.float32))
     # float32 L2 results where a candidate's float64 product score may stand in for its exact score
     certify = float32_scores and prod.l2 and not prod.int_l2 and prod.d >= ESTIMATE_MIN_FEATURES
+    if float64 or certify:
+        prod.YT64  # noqa: B018  (formed once here, not by the threads)
     local = threading.local()
     give_up = threading.Event()  # float32: the bound is too loose, float64 takes the rest
 
@@ -425,6 +444,9 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
                 scores = approx[:, :width] if part.size == b else approx[part, :width]
                 S = _certified_scores(prod, Q[sub], q[part], cand, scores, float64, padding, metric, Qu, U, UT,
                                       rows[part], budget_bytes)
+            elif prod.l2 and Qu is U and width > 1 and np.array_equal(cand[:, 0], rows[part]):  # first: itself, 0
+                S = np.zeros(cand.shape)
+                S[:, 1:] = _exact_dense(metric, X, U, UT, cand[:, 1:], budget_bytes)
             else:
                 S = _exact_dense(metric, X, U, UT, cand, budget_bytes)
             if padding is not None:
@@ -471,9 +493,10 @@ _SYMMETRIC_ROWS = 256
 _SYMMETRIC_MAX_NORM = 2.0**124
 
 
-def _symmetric_products(prod: _Products, n: int, budget_bytes: int, workers: int) -> np.ndarray | None:
+def _symmetric_products(prod: _Products, n: int, budget_bytes: int, workers: int, side=None):
     """``Yp @ Yp.T`` of the references' float32 product rows ``Yp`` (``-2 y``, :attr:`_Products.YT32`): (n, n_pad),
-    the padding columns 0; or None where it does not fit ``budget_bytes`` or may overflow.
+    the padding columns 0; or None where it does not fit ``budget_bytes`` or may overflow. With ``side`` (a
+    function run on the same threads meanwhile): ``(products or None, side())``.
 
     The lower triangle is formed in row blocks over ``workers`` threads, each
     block copying its part transposed into the upper one (the blocks write
@@ -484,7 +507,7 @@ def _symmetric_products(prod: _Products, n: int, budget_bytes: int, workers: int
     """
     n_pad = prod.n_pad
     if n * n_pad * 4 > budget_bytes or not float(prod.bias32[:n].max()) < _SYMMETRIC_MAX_NORM:
-        return None
+        return None if side is None else (None, side())
     Yp = prod.YT32.T  # (n_pad, d), row-major
     S = np.empty((n, n_pad), dtype=np.float32)
     S[:, n:] = 0.0  # padding columns: +inf once the bias is added
@@ -494,9 +517,10 @@ def _symmetric_products(prod: _Products, n: int, budget_bytes: int, workers: int
         np.matmul(Yp[s:e], Yp[:e].T, out=S[s:e, :e])
         S[:s, s:e] = S[s:e, :s].T
 
-    blocks = [(s, min(n, s + _SYMMETRIC_ROWS)) for s in range(0, n, _SYMMETRIC_ROWS)]
-    _run_blocks(lower, blocks[::-1], workers)  # the widest blocks first: the threads finish together
-    return S
+    blocks = [(s, min(n, s + _SYMMETRIC_ROWS)) for s in range(0, n, _SYMMETRIC_ROWS)][::-1]  # the widest first
+    jobs = [lambda span=span: lower(span) for span in blocks] + ([side] if side is not None else [])
+    done = _run_blocks(lambda job: job(), jobs, workers)
+    return S if side is None else (S, done[-1])
 
 
 # Scored terms (pairs x features) a second group of candidate widths would cost in fixed costs (_by_width)
