@@ -19,7 +19,7 @@ import torch
 from ...core.distance import Metric
 from ._host_exact import (_by_width, _exact_dense, _exact_pairs, _feature_major, _first_columns, _kth_scores, _nonzero,
                           _Results, _row_counts, _rows_per_block, _scan)
-from ._host_threads import _PARALLEL_MIN_GEMM, _run_blocks, _split
+from ._host_threads import _PARALLEL_MIN_GEMM, _run_blocks, _split, _thread_pool
 
 _U32 = 2.0**-24
 _U64 = 2.0**-53
@@ -518,9 +518,15 @@ def _symmetric_products(prod: _Products, n: int, budget_bytes: int, workers: int
         S[:s, s:e] = S[s:e, :s].T
 
     blocks = [(s, min(n, s + _SYMMETRIC_ROWS)) for s in range(0, n, _SYMMETRIC_ROWS)][::-1]  # the widest first
-    jobs = [lambda span=span: lower(span) for span in blocks] + ([side] if side is not None else [])
-    done = _run_blocks(lambda job: job(), jobs, workers)
-    return S if side is None else (S, done[-1])
+    if workers <= 1:
+        _run_blocks(lower, blocks, 1)
+        return S if side is None else (S, side())
+    pending = [_thread_pool(workers).submit(lower, span) for span in blocks]
+    # on the calling thread: its large allocations reuse its heap, where a pool thread's are mapped afresh
+    beside = None if side is None else side()
+    for job in pending:
+        job.result()
+    return S if side is None else (S, beside)
 
 
 # Scored terms (pairs x features) a second group of candidate widths would cost in fixed costs (_by_width)
