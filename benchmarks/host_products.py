@@ -7,8 +7,12 @@
 * Exact scores of candidate pairs (``_host_exact._exact_dense`` / ``_exact_pairs``):
   the feature-major gather against whole rows in chunk-position order, by number
   of features; ``_host_exact._ROW_GATHER_MIN_FEATURES`` is where rows start to win.
+* A whole search of the references against themselves (``kneighbors(X, None, k,
+  device="cpu")``, every thread) with its float32 products formed as one symmetric
+  matrix and as row blocks, interleaved, by number of features;
+  ``_host_gemm.SYMMETRIC_MIN_FEATURES`` is where the symmetric matrix starts to win.
 
-    python benchmarks/host_products.py --out benchmarks/results/host_products.json
+    python benchmarks/host_products.py --out benchmarks/results/host_products.json [--experiments symmetric]
 """
 
 from __future__ import annotations
@@ -30,11 +34,14 @@ import benchmarks  # noqa: E402,F401  (gpumine from src/ when it is not installe
 
 from gpumine.core.distance import get_metric  # noqa: E402
 from gpumine.io import atomic_open  # noqa: E402
-from gpumine.neighbors.engine import _host_exact  # noqa: E402
+from gpumine.neighbors import kneighbors  # noqa: E402
+from gpumine.neighbors.engine import _host_exact, _host_gemm  # noqa: E402
 
 # (features, references): ADBench shapes (shuttle, ALOI, satellite, SpamBase, mnist, musk, InternetAds)
 PRODUCT_SHAPES = [(9, 49_097), (27, 49_534), (36, 6_435), (57, 4_207), (100, 7_603), (166, 3_062), (1_555, 1_966)]
 EXACT_FEATURES = [48, 64, 100, 128, 166, 256, 1_555]
+# (rows, features) of uniform self-searches: InternetAds' shape and others around the threshold
+SYMMETRIC_SHAPES = [(3_000, 128), (3_000, 256), (3_686, 400), (3_000, 512), (2_000, 800), (1_966, 1_555), (4_000, 1_000)]
 
 
 def _best_ms(fn, repeats: int) -> float:
@@ -102,14 +109,37 @@ def exact_scores(repeats: int) -> list:
     return rows
 
 
+def symmetric(repeats: int) -> list:
+    rng = np.random.default_rng(2)
+    rows = []
+    saved = _host_gemm.SYMMETRIC_MIN_FEATURES
+    try:
+        for n, d in SYMMETRIC_SHAPES:
+            X = rng.random((n, d))
+            for k in (5, 20):
+                best = {"blocks": float("inf"), "symmetric": float("inf")}
+                for _ in range(max(1, repeats)):  # interleaved: a busy moment of the host hits both alike
+                    for way, threshold in (("blocks", 1 << 30), ("symmetric", 1)):
+                        _host_gemm.SYMMETRIC_MIN_FEATURES = threshold
+                        best[way] = min(best[way], _best_ms(lambda: kneighbors(X, None, k, device="cpu"), 1))
+                rows.append({"experiment": "symmetric", "rows": n, "features": d, "k": k, "blocks_ms": best["blocks"],
+                             "symmetric_ms": best["symmetric"], "blocks_over_symmetric": best["blocks"] / best["symmetric"]})
+                print(rows[-1], flush=True)
+    finally:
+        _host_gemm.SYMMETRIC_MIN_FEATURES = saved
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--experiments", default="products,exact_scores,symmetric", help="comma-separated")
     args = parser.parse_args(argv)
     meta = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "torch": torch.__version__,
             "numpy": np.__version__}
-    records = products(args.repeats) + exact_scores(args.repeats)
+    experiments = {"products": products, "exact_scores": exact_scores, "symmetric": symmetric}
+    records = [rec for name in args.experiments.split(",") for rec in experiments[name](args.repeats)]
     with atomic_open(args.out, "w") as fh:
         json.dump({"meta": meta, "records": records}, fh, indent=1)
     return 0
