@@ -444,7 +444,8 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
                 scores = approx[:, :width] if part.size == b else approx[part, :width]
                 S = _certified_scores(prod, Q[sub], q[part], cand, scores, float64, padding, metric, Qu, U, UT,
                                       rows[part], budget_bytes)
-            elif prod.l2 and Qu is U and width > 1 and np.array_equal(cand[:, 0], rows[part]):  # first: itself, 0
+            elif prod.l2 and Qu is U and prod.d >= SELF_SKIP_MIN_FEATURES and np.array_equal(cand[:, 0], rows[part]):
+                # each row's first candidate is itself: its score is 0
                 S = np.zeros(cand.shape)
                 S[:, 1:] = _exact_dense(metric, X, U, UT, cand[:, 1:], budget_bytes)
             else:
@@ -531,6 +532,9 @@ def _symmetric_products(prod: _Products, n: int, budget_bytes: int, workers: int
 
 # Scored terms (pairs x features) a second group of candidate widths would cost in fixed costs (_by_width)
 _SPARE_TERMS = 1 << 16
+# From this many features a self-search row's own pair (0) is left out of its exact scores; below, the
+# pair costs less than the copies that leave it out
+SELF_SKIP_MIN_FEATURES = 160
 # Query rows per block of _integer_l2_dense (their candidates' rows stay in the cache)
 _INTEGER_ROWS = 64
 
