@@ -41,7 +41,7 @@ from gpumine.neighbors.engine import _host_exact, _host_gemm  # noqa: E402
 PRODUCT_SHAPES = [(9, 49_097), (27, 49_534), (36, 6_435), (57, 4_207), (100, 7_603), (166, 3_062), (1_555, 1_966)]
 EXACT_FEATURES = [48, 64, 100, 128, 166, 256, 1_555]
 # (rows, features) of uniform self-searches: InternetAds' shape and others around the threshold
-SYMMETRIC_SHAPES = [(3_000, 128), (3_000, 256), (3_686, 400), (3_000, 512), (2_000, 800), (1_966, 1_555), (4_000, 1_000)]
+SYMMETRIC_SHAPES = [(4_207, 57), (3_000, 128), (3_000, 256), (3_686, 400), (3_000, 512), (2_000, 800), (1_966, 1_555), (4_000, 1_000)]
 
 
 def _best_ms(fn, repeats: int) -> float:

@@ -486,7 +486,7 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
 # From this many features an L2 search of the references against themselves forms its float32 products
 # as one symmetric matrix (_symmetric_products: half the multiply-adds); below, the row blocks' own
 # products cost no more (BENCHMARKS.md, "Design measurements quoted in the code")
-SYMMETRIC_MIN_FEATURES = 512
+SYMMETRIC_MIN_FEATURES = 256
 # Rows per block of the symmetric products' lower triangle
 _SYMMETRIC_ROWS = 256
 # The symmetric products use the reference rows (-2 y) on both sides, four times the query's products:
