@@ -292,6 +292,7 @@ def test_product_searches_over_the_working_memory_replay_their_blocks_in_one_gra
     monkeypatch.setattr(_exact_select, "EXACT_SELECT_MANY_PAIRS", 0)
     monkeypatch.setattr(_exact_select, "EXACT_SELECT_TINY_TERMS", 0)
     monkeypatch.setattr(_product_select, "PRODUCT_SELECT", True)
+    monkeypatch.setattr(graphs, "GRAPH_PRODUCT_MAX_BLOCKS", 4)  # off by default (their capture's cost)
     for R, Q in _datasets(kind, 57, 700, seed=11, n=N_DENSE):
         args = (R,) if self_search else (R, Q)
         got = kneighbors(*args, k=10, device="cuda", working_memory=6)

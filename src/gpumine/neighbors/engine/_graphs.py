@@ -60,10 +60,11 @@ GRAPH_MAX_INPUT_BYTES = 1 << 27
 GRAPH_CACHE_SIZE = 4  # shapes kept, least recently used dropped first
 # A product selection over the working memory is captured as up to this many query blocks in one
 # graph (its lists are final per row; a block's float32 scores count 4 bytes, not the float64
-# tile's 8). The embedding shape (10,000 x 100,000 x 128) had stayed eager, where the host's work
-# between its launches took about a tenth of the search's time (BENCHMARKS.md, "Design
-# measurements quoted in the code")
-GRAPH_PRODUCT_MAX_BLOCKS = 4
+# tile's 8). One: the embedding shape (10,000 x 100,000 x 128, one block) replays, where the host's
+# work between its launches took about a tenth of the search's time eagerly; searches of several
+# blocks (campaign's all-kNN) stay eager: their capture took seconds, against about a tenth of a
+# search saved per replay (BENCHMARKS.md, "Design measurements quoted in the code")
+GRAPH_PRODUCT_MAX_BLOCKS = 1
 # Host operands reach a graph's input buffers through pinned buffers of their own, filled by
 # torch's multi-threaded copy, then transferred asynchronously: the physics operands (11.6 MB)
 # took about a third less time that way than as pageable copies (the driver stages those with
