@@ -532,8 +532,9 @@ def _symmetric_products(prod: _Products, n: int, budget_bytes: int, workers: int
 
 # Scored terms (pairs x features) a second group of candidate widths would cost in fixed costs (_by_width)
 _SPARE_TERMS = 1 << 16
-# From this many features a self-search row's own pair (0) is left out of its exact scores; below, the
-# pair costs less than the copies that leave it out
+# From this many features a self-search row's own pair (0) is left out of its exact scores; below, its
+# few terms save no more than the copies that leave it out cost (BENCHMARKS.md, "Design measurements
+# quoted in the code")
 SELF_SKIP_MIN_FEATURES = 160
 # Query rows per block of _integer_l2_dense (their candidates' rows stay in the cache)
 _INTEGER_ROWS = 64
