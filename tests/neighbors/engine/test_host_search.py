@@ -617,11 +617,14 @@ def test_self_searches_on_symmetric_products_match_the_oracle(monkeypatch, kind,
         assert check_exact(X, None, k, "sqeuclidean", exclude_self=True)["selection"] == "gemm"
     assert check_exact(X, None, 5, "euclidean", exclude_self=True)["selection"] == "gemm"
     assert formed and all(shape is not None and shape[0] == distinct for shape in formed)
+    formed.clear()  # over the budget: row blocks instead
+    check_exact(X, None, 7, "sqeuclidean", exclude_self=True, budget=distinct * distinct)
+    assert formed == [None]
 
 
 @pytest.mark.parametrize("scale", [1e-22, 1e-40])
 def test_symmetric_products_that_underflow_stay_within_the_bounds(monkeypatch, scale):
-    # float32 rows whose -2 y is subnormal: its halving is not the row's own float32
+    # float32 rows whose products are subnormal (1e-22: halving them rounds), or the rows themselves (1e-40)
     formed = _count_symmetric(monkeypatch)
     X = (np.random.default_rng(42).random((600, 20)) * scale).astype(np.float32)
     check_exact(X, None, 5, "sqeuclidean", exclude_self=True)
@@ -640,5 +643,25 @@ def test_symmetric_products_mirror_the_lower_triangle_and_refuse_what_may_overfl
     apart = np.arange(700)[:, None] // block != np.arange(700)[None, :] // block  # pairs of rows in two blocks
     np.testing.assert_array_equal(S[:, :700][apart], S[:, :700].T[apart])
     assert host_gemm._symmetric_products(prod, 700, 700 * prod.n_pad * 4 - 1, 2) is None  # over the budget
-    big = host_gemm._Products(get_metric("sqeuclidean"), X * 2.0**62, X * 2.0**62, 20)
+    big = host_gemm._Products(get_metric("sqeuclidean"), X * 2.0**61, X * 2.0**61, 20)
+    assert np.isfinite(big.bias32[:700]).all() and big.bias32[:700].max() >= host_gemm._SYMMETRIC_MAX_NORM
     assert host_gemm._symmetric_products(big, 700, BUDGET, 2) is None  # 4 |y|^2 may pass float32's range
+
+
+@pytest.mark.parametrize("kind", ["random", "duplicates", "far"])
+def test_a_self_search_row_leaves_its_own_pair_unscored(monkeypatch, kind):
+    # float64 results (float32 ones from 96 features settle pairs from product scores instead)
+    X = _data(kind, 500, 24, seed=44)
+    scored = []
+    exact_dense = host_gemm._exact_dense
+    monkeypatch.setattr(host_gemm, "_exact_dense", lambda *a: scored.append(a[4].size) or exact_dense(*a))
+    for threshold in (1 << 30, 1):
+        monkeypatch.setattr(host_gemm, "SELF_SKIP_MIN_FEATURES", threshold)
+        scored.clear()
+        for k in (1, 9):
+            check_exact(X, None, k, "sqeuclidean", exclude_self=True)
+        counts = sum(scored)
+        if threshold > 1:
+            every = counts
+    distinct = len(np.unique(X, axis=0))
+    assert every - counts >= distinct  # each distinct row's own pair, in each of the two searches, at most once unscored

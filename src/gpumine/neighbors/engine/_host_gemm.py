@@ -362,7 +362,7 @@ def _gemm_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, prod=N
     if prod.d >= SYMMETRIC_MIN_FEATURES and not prod.passes()[0] and Qu is U and prod.own_rows(prod.query(Qu, False)[0]):
         own, UT = _symmetric_products(prod, U.shape[0], budget_bytes * workers, workers,
                                       side=lambda: _feature_major(metric, U))
-    if own is None:
+    if UT is None:
         UT = _feature_major(metric, U)
     wide = np.arange(Qu.shape[0])
     for float64 in prod.passes():
@@ -371,6 +371,7 @@ def _gemm_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, prod=N
         Q, offset, scale = prod.query(Qu, float64)
         wide = _gemm_pass(prod, Q, offset, scale, wide, float64, Qu, U, UT, metric, results, budget_bytes, counters,
                           workers, float32_scores, None if float64 else own)
+        own = None  # the float32 pass read it: its memory goes before the next pass's buffers
     counters["rows_exact_scan"] += wide.size
     _scan(results, wide, Qu, U, UT, metric, budget_bytes)
     return results.result()
@@ -407,7 +408,8 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
         b = rows.size
         if own is not None:  # this block's rows of the symmetric products, scaled and shifted in place
             A = own[span[0] : span[1]]
-            np.multiply(A, -0.5, out=A)  # (-2 y) . (-2 x) / -2 = -2 x . y: exact (no product is subnormal)
+            # (-2 y) . (-2 x) / -2 = -2 x . y: exact, but for subnormal products (within the bounds' absolute term)
+            np.multiply(A, -0.5, out=A)
             A += prod.bias32
             A = torch.from_numpy(A)
         else:
@@ -497,7 +499,7 @@ _SYMMETRIC_MAX_NORM = 2.0**124
 def _symmetric_products(prod: _Products, n: int, budget_bytes: int, workers: int, side=None):
     """``Yp @ Yp.T`` of the references' float32 product rows ``Yp`` (``-2 y``, :attr:`_Products.YT32`): (n, n_pad),
     the padding columns 0; or None where it does not fit ``budget_bytes`` or may overflow. With ``side`` (a
-    function run on the same threads meanwhile): ``(products or None, side())``.
+    function run on the calling thread while the pool forms the blocks): ``(products or None, side())``.
 
     The lower triangle is formed in row blocks over ``workers`` threads, each
     block copying its part transposed into the upper one (the blocks write
