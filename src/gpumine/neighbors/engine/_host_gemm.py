@@ -64,7 +64,7 @@ class _Products:
         sq = np.einsum("ij,ij->i", Y, Y) if self.l2 else None
         bias[:n_u] = sq if self.l2 else 0.0
         self.bias64 = torch.from_numpy(bias)
-        self._YT64 = None  # formed where float64 products or scores run (float64_rows)
+        self._YT64 = None  # formed where float64 products or scores run (YT64)
         self._own = (U, Y, ynorm, sq)  # the references' rows, reused where the queries are the references
         self.YT32 = self.bias32 = None
         if not self.exact64 or self.exact32 or self.int_l2:  # float32 products run
@@ -117,10 +117,10 @@ class _Products:
             self._YT64 = torch.from_numpy(Yp).T
         return self._YT64
 
-    def own_rows(self, Q: np.ndarray) -> bool:
-        """Whether ``Q`` (of :meth:`query`, float32 products) is the references' own rows, the rows of ``YT32``
-        halved by -2: L2 centred at the mean (not :attr:`int_l2`)."""
-        return self.l2 and not self.int_l2 and self.centre is not None and Q is self._own[1]
+    def own_rows(self, Qu: np.ndarray) -> bool:
+        """Whether the queries ``Qu`` are the references, whose float32 product rows are ``YT32``'s halved by -2:
+        L2 centred at the mean (float32 products first; not :attr:`int_l2`, whose float32 rows are centred apart)."""
+        return self.centre is not None and Qu is self._own[0]
 
     def bound_scale(self, scale: np.ndarray, float64: bool) -> np.ndarray:
         """``scale`` (of :meth:`query`) for :meth:`lower`/:meth:`upper`/:meth:`reach` with the products' absolute
@@ -359,10 +359,9 @@ def _gemm_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, prod=N
         prod = _Products(metric, U, Qu, min(U.shape[0], K + GEMM_MARGIN))
     results = _Results(Qu.shape[0], K, refs)
     own, UT = None, None  # own: the references' products with themselves (_symmetric_products)
-    if prod.d >= SYMMETRIC_MIN_FEATURES and not prod.passes()[0] and Qu is U and prod.own_rows(prod.query(Qu, False)[0]):
-        own, UT = _symmetric_products(prod, U.shape[0], budget_bytes * workers, workers,
-                                      side=lambda: _feature_major(metric, U))
-    if UT is None:
+    if prod.d >= SYMMETRIC_MIN_FEATURES and prod.own_rows(Qu):
+        own, UT = _symmetric_products(prod, U.shape[0], budget_bytes * workers, workers, lambda: _feature_major(metric, U))
+    else:
         UT = _feature_major(metric, U)
     wide = np.arange(Qu.shape[0])
     for float64 in prod.passes():
@@ -496,10 +495,10 @@ _SYMMETRIC_ROWS = 256
 _SYMMETRIC_MAX_NORM = 2.0**124
 
 
-def _symmetric_products(prod: _Products, n: int, budget_bytes: int, workers: int, side=None):
-    """``Yp @ Yp.T`` of the references' float32 product rows ``Yp`` (``-2 y``, :attr:`_Products.YT32`): (n, n_pad),
-    the padding columns 0; or None where it does not fit ``budget_bytes`` or may overflow. With ``side`` (a
-    function run on the calling thread while the pool forms the blocks): ``(products or None, side())``.
+def _symmetric_products(prod: _Products, n: int, budget_bytes: int, workers: int, side):
+    """``(products, side())``: ``Yp @ Yp.T`` of the references' float32 product rows ``Yp`` (``-2 y``,
+    :attr:`_Products.YT32`), (n, n_pad) with the padding columns 0, or None where it does not fit
+    ``budget_bytes`` or may overflow; ``side`` runs on the calling thread while the pool forms the blocks.
 
     The lower triangle is formed in row blocks over ``workers`` threads, each
     block copying its part transposed into the upper one (the blocks write
@@ -510,7 +509,7 @@ def _symmetric_products(prod: _Products, n: int, budget_bytes: int, workers: int
     """
     n_pad = prod.n_pad
     if n * n_pad * 4 > budget_bytes or not float(prod.bias32[:n].max()) < _SYMMETRIC_MAX_NORM:
-        return None if side is None else (None, side())
+        return None, side()
     Yp = prod.YT32.T  # (n_pad, d), row-major
     S = np.empty((n, n_pad), dtype=np.float32)
     S[:, n:] = 0.0  # padding columns: +inf once the bias is added
@@ -522,14 +521,15 @@ def _symmetric_products(prod: _Products, n: int, budget_bytes: int, workers: int
 
     blocks = [(s, min(n, s + _SYMMETRIC_ROWS)) for s in range(0, n, _SYMMETRIC_ROWS)][::-1]  # the widest first
     if workers <= 1:
-        _run_blocks(lower, blocks, 1)
-        return S if side is None else (S, side())
+        for span in blocks:
+            lower(span)
+        return S, side()
     pending = [_thread_pool(workers).submit(lower, span) for span in blocks]
     # on the calling thread: its large allocations reuse its heap, where a pool thread's are mapped afresh
-    beside = None if side is None else side()
+    beside = side()
     for job in pending:
         job.result()
-    return S if side is None else (S, beside)
+    return S, beside
 
 
 # Scored terms (pairs x features) a second group of candidate widths would cost in fixed costs (_by_width)
