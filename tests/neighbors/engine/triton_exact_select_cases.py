@@ -201,3 +201,49 @@ def test_checked_search_argument_errors():
     with pytest.raises(ValueError, match="at least k"):
         exact_select_checked(RT, RT, 11, "euclidean")
     assert placed_supported(64) and not placed_supported(EXACT_SELECT_MAX_K)
+
+
+def _near_ties(rng, n, d):
+    """Rows 1 + e (e a few float32 steps): float32 scores from the origin tie where the float64 ones differ."""
+    return (1.0 + rng.integers(0, 8, size=(n, d)) * np.float32(2.0**-23)).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["near_ties", "overflowing_squares", "subnormal", "mixed_scales"])
+@pytest.mark.parametrize("screen", [True, False])
+def test_float32_screen_keeps_every_pair_that_may_enter(kind, screen):
+    rng = np.random.default_rng(8)
+    n, d = 40 * SCALE + 5, 4
+    if kind == "near_ties":
+        Y = _near_ties(rng, n, d)
+        X = np.vstack([np.zeros((3, d), np.float32), _near_ties(rng, 9, d) * np.float32(0.5)])
+    elif kind == "overflowing_squares":  # float32 squares overflow, float64 ones do not
+        Y = (rng.integers(1, 9, size=(n, d)) * 1e19).astype(np.float32)
+        X = np.vstack([Y[:7], -Y[7:12], np.zeros((2, d), np.float32)])
+    elif kind == "subnormal":  # float32 terms in (or flushed from) the subnormal range
+        Y = (rng.integers(0, 6, size=(n, d)) * 1e-40).astype(np.float32)
+        X = Y[:11] + np.float32(1e-45)
+    else:  # a few huge rows among small ones: unfilled, overflowing and tight bounds in one search
+        Y = rng.standard_normal((n, d)).astype(np.float32)
+        Y[::7] *= np.float32(3e19)
+        X = Y[:13]
+    for metric in ("sqeuclidean", "manhattan"):
+        _check(X, Y, 6, metric, block_m=2, block_n=16, screen=screen)
+        _check(Y, Y, 6, metric, exclude_self=True, block_m=2, block_n=16, screen=screen)
+    scores, index = _reordered(Y, Y, 6, "sqeuclidean", True, 9, block_m=2, block_n=16)  # screened by default
+    want_scores, want_index = _oracle(Y, Y, 6, "sqeuclidean", exclude_self=True)
+    np.testing.assert_array_equal(index.cpu().numpy(), want_index)
+    np.testing.assert_array_equal(scores.cpu().numpy(), want_scores)
+
+
+@pytest.mark.parametrize("screen", [True, False])
+def test_float32_screen_keeps_a_pair_whose_float32_score_rounds_above_the_worst(screen):
+    # rows 1 + m 2^-12, scored from the origin: the better one's float64 score is the lower
+    # (7.98608822 against 7.98608845), but its float32 sum (7.9860888) is above the worse one's
+    # score rounded to float32 (7.9860883): a bound without margin would screen it out
+    better = 1 + np.array([-17, -15, -38, 6, 20, -27, 12, 30]) * 2.0**-12
+    worse = 1 + np.array([-28, 11, -35, 4, 2, 7, 36, -26]) * 2.0**-12
+    far = np.full((10, 8), 5.0)
+    # the worse rows fill each list in the first tile of 16 references, the better ones come in the second
+    Y = np.vstack([[worse] * 6, far, [better] * 3, far]).astype(np.float32)
+    X = np.zeros((3, 8), np.float32)
+    _check(X, Y, 6, "sqeuclidean", block_m=2, block_n=16, screen=screen)

@@ -57,6 +57,10 @@ EXACT_SELECT_MAX_FEATURES = 128
 # offsets of operands with this many elements or more are computed in 64 bits
 _WIDE_FROM = 2**31
 _PLACED_MAX_COMPARISONS = 1 << 13
+# float32 data in curve order is screened in float32 first: the float64 scores of a tile are formed
+# only where a lane may enter its row's list (exact_select's ``screen``; False: every tile in
+# float64, for same-run A/B timings)
+EXACT_SELECT_SCREEN = True
 # above this many features default_blocks gives more queries per program (WIDE_BLOCKS)
 SMALL_BLOCK_MAX_FEATURES = 32
 WIDE_BLOCKS = (2, 64, 1)
@@ -147,6 +151,37 @@ if triton is not None:
             total = total + part
         return total
 
+    @triton.jit
+    def _screen32_block(QT, RT, rows, cols, row_ok, col_ok, stride_q_feat, stride_r_feat,
+                        D: tl.constexpr, MANHATTAN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        # float32 terms of float32 data, summed in any order: close to the float64 score (_screen_bound)
+        total = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        for f in tl.static_range(D):
+            q = tl.load(QT + f * stride_q_feat + rows, mask=row_ok, other=0.0)
+            r = tl.load(RT + f * stride_r_feat + cols, mask=col_ok, other=0.0)
+            diff = q[:, None] - r[None, :]
+            if MANHATTAN:
+                total = total + tl.abs(diff)
+            else:
+                total = total + diff * diff
+        return total
+
+    @triton.jit
+    def _screen_bound(worst, D: tl.constexpr):
+        """Per row, the float32 screen score above which a pair's float64 score is surely above ``worst``.
+
+        A screen score of D nonnegative float32 terms (one rounded difference, one rounded
+        square, D - 1 rounded additions) is within (1 + u)^(D + 2) - 1 < (D + 4) u relative of
+        the float64 score (u = 2^-24). Where subnormals are flushed to zero, each term moves
+        by under 2^-125 absolute (a difference under 2^-103 squares to under 2^-205) or, over
+        that, by under 4u relative (a flushed input moves the difference by under 2^-126).
+        The bound keeps (2D + 16) u relative and D 2^-124 absolute: over those, and over
+        its own rounding to float32, with room. Bounds at float32's top (an overflowed
+        screen score says nothing) and unfilled lists (+inf) screen nothing out.
+        """
+        bound = worst * (1.0 + (2 * D + 16) * 5.960464477539063e-08) + D * 4.70197740328915e-38
+        return tl.where(bound < 3.0e38, bound, float("inf")).to(tl.float32)
+
     @triton.jit(do_not_specialize=["n_query", "n_ref", "refs_per_split", "self_offset", "K"])
     def _exact_select_kernel(
         QT, RT, REF_ID, QUERY_ID, FIRST_TILE, OUT_SCORE, OUT_INDEX, EXTREMES,
@@ -155,6 +190,7 @@ if triton is not None:
         D: tl.constexpr, CHUNK: tl.constexpr, MANHATTAN: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
         REORDERED: tl.constexpr, C: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr,
         PLACED: tl.constexpr, CHECK: tl.constexpr, OUT32: tl.constexpr, AS_DISTANCE: tl.constexpr,
+        SCREEN: tl.constexpr,
     ):
         pid_m = tl.program_id(0)
         if CHECK > 0:
@@ -206,17 +242,27 @@ if triton is not None:
                 ids = tl.load(REF_ID + cols, mask=col_ok, other=NONE)
             else:
                 ids = cols.to(tl.int32)
-            acc = _exact64_block(QT, RT, rows, cols, row_ok, col_ok, stride_q_feat, stride_r_feat,
-                                 D, CHUNK, MANHATTAN, BLOCK_M, BLOCK_N)
             valid = col_ok[None, :]
             if EXCLUDE_SELF:
                 valid = valid & (ids[None, :] != own[:, None])
-            acc = tl.where(valid, acc, float("inf"))
-            # the common case: no lane of any row reaches its worst entry, one reduction
-            if tl.max((tl.min(acc, 1) <= worst).to(tl.int32), 0) > 0:
-                # lanes that cannot enter (after the worst by (score, id); +inf never does) drop out
-                id_grid = ids[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
-                best, best_id, worst, worst_id = _insert(best, best_id, worst, worst_id, acc, id_grid)
+            if SCREEN:
+                # float32 data: a float32 score per pair first, the float64 one only for tiles where
+                # some lane may reach its row's worst entry (NaN is never screened out)
+                rough = _screen32_block(QT, RT, rows, cols, row_ok, col_ok, stride_q_feat, stride_r_feat,
+                                        D, MANHATTAN, BLOCK_M, BLOCK_N)
+                may = valid & ~(rough > _screen_bound(worst, D)[:, None])
+                scored = tl.max(tl.max(may.to(tl.int32), 1), 0) > 0
+            else:
+                scored = True
+            if scored:
+                acc = _exact64_block(QT, RT, rows, cols, row_ok, col_ok, stride_q_feat, stride_r_feat,
+                                     D, CHUNK, MANHATTAN, BLOCK_M, BLOCK_N)
+                acc = tl.where(valid, acc, float("inf"))
+                # the common case: no lane of any row reaches its worst entry, one reduction
+                if tl.max((tl.min(acc, 1) <= worst).to(tl.int32), 0) > 0:
+                    # lanes that cannot enter (after the worst by (score, id); +inf never does) drop out
+                    id_grid = ids[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
+                    best, best_id, worst, worst_id = _insert(best, best_id, worst, worst_id, acc, id_grid)
         if PLACED:
             # one list per row: each entry goes straight to its place, (score, id) ascending,
             # unfilled entries as padding (+inf, -1)
@@ -316,7 +362,8 @@ def default_blocks(C: int, d: int = 1) -> tuple[int, int, int]:
 def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *, exclude_self: bool = False,
                  self_offset: int = 0, ref_ids: torch.Tensor | None = None, query_ids: torch.Tensor | None = None,
                  anchors: torch.Tensor | None = None, splits: int | None = None, block_m: int | None = None,
-                 block_n: int | None = None, num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 block_n: int | None = None, num_warps: int | None = None,
+                 screen: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` nearest references of every query by (float64 exact score, index), in one kernel launch.
 
     Parameters
@@ -337,6 +384,12 @@ def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *
         three or none. Output rows stay in the order the queries are given.
     splits, block_m, block_n, num_warps : int, optional
         Launch shape (defaults: :func:`default_splits`, :func:`default_blocks`).
+    screen : bool, optional
+        Score float32 data in float32 first and form a tile's float64 scores only where a
+        lane may enter its row's list. Default: where the rows come in another order
+        (``ref_ids``), whose thresholds tighten within a few tiles; in the given order most
+        tiles still hold a lane that enters, and the screen's own work is not repaid.
+        Results are the same either way; float64 data is never screened.
 
     Returns
     -------
@@ -382,8 +435,9 @@ def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *
         QT, RT, ref_ids, query_ids, first_tiles, scores, index, scores, n_query, n_ref, refs_per_split, self_offset, min(k, C),
         QT.stride(0), RT.stride(0), scores.stride(0),
         D=d, CHUNK=EXACT_SUM_CHUNK, MANHATTAN=metric_name == "manhattan", EXCLUDE_SELF=exclude_self, REORDERED=reordered,
-        C=C, BLOCK_M=bm, BLOCK_N=bn, WIDE=wide, PLACED=placed, CHECK=0, OUT32=False, AS_DISTANCE=False, num_warps=warps,
-        enable_fp_fusion=False,
+        C=C, BLOCK_M=bm, BLOCK_N=bn, WIDE=wide, PLACED=placed, CHECK=0, OUT32=False, AS_DISTANCE=False,
+        SCREEN=(reordered and EXACT_SELECT_SCREEN if screen is None else screen) and QT.dtype == torch.float32,
+        num_warps=warps, enable_fp_fusion=False,
     )
     if placed:
         kept = min(k, C)
@@ -443,6 +497,6 @@ def exact_select_checked(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name
         QT.stride(0), RT.stride(0), scores.stride(0),
         D=d, CHUNK=EXACT_SUM_CHUNK, MANHATTAN=metric_name == "manhattan", EXCLUDE_SELF=exclude_self, REORDERED=False,
         C=C, BLOCK_M=bm, BLOCK_N=bn, WIDE=wide, PLACED=True, CHECK=1 if QT is RT else 2, OUT32=True,
-        AS_DISTANCE=as_distance and metric_name == "euclidean", num_warps=warps, enable_fp_fusion=False,
+        AS_DISTANCE=as_distance and metric_name == "euclidean", SCREEN=False, num_warps=warps, enable_fp_fusion=False,
     )
     return scores, index, extremes
