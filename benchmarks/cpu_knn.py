@@ -41,16 +41,36 @@ def _default_data_dir() -> str:
     return "../shared/data/adbench"
 
 
-def _best_of(fns, repeats: int, min_total: float = 2.0):
-    """Best time of each function over ``repeats`` interleaved rounds (quick ones: more rounds,
-    until ``min_total`` seconds passed), so a busy moment of the host hits both alike."""
+# a call quicker than this is timed in blocks after untimed ones for at least _SETTLE_S (see _best_of)
+_QUICK_S = 0.25
+_SETTLE_S = 0.01
+_BLOCK_CALLS = 3
+
+
+def _best_of(fns, repeats: int, min_total: float = 2.0, interleave: bool = False):
+    """Best time of each function over ``repeats`` alternating rounds (quick ones: more rounds,
+    until ``min_total`` seconds passed), so a busy moment of the host hits both alike.
+
+    In each round each function runs a block of calls: quick ones (under ``_QUICK_S``
+    when first timed) untimed calls for ``_SETTLE_S``, then ``_BLOCK_CALLS`` timed
+    ones; slow ones one. The untimed calls absorb what the other library leaves
+    running: OpenMP workers (scikit-learn's) keep spinning on the cores a while after
+    a call returns, which on a small host slows whatever runs next. ``interleave``:
+    one timed call each, call by call (the earlier way: the second library of each
+    pair pays for the first).
+    """
     best, results, total, runs = [float("inf")] * len(fns), [None] * len(fns), 0.0, 0
     while runs < repeats or (total < min_total and runs < 3 * repeats):
         for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            results[i] = fn()
-            elapsed = time.perf_counter() - t0
-            best[i], total = min(best[i], elapsed), total + elapsed
+            quick = not interleave and best[i] < _QUICK_S
+            settle = time.perf_counter() + _SETTLE_S
+            while quick and time.perf_counter() < settle:
+                results[i] = fn()
+            for _ in range(_BLOCK_CALLS if quick else 1):
+                t0 = time.perf_counter()
+                results[i] = fn()
+                elapsed = time.perf_counter() - t0
+                best[i], total = min(best[i], elapsed), total + elapsed
         runs += 1
     return best, results
 
@@ -72,10 +92,11 @@ def _agreement(X, k, ours, theirs):
     return {"index_equal": False, "rows_differ": int(rows.size), "rows_differ_beyond_ties": int(beyond.sum())}
 
 
-def run_one(name, X, k, repeats):
+def run_one(name, X, k, repeats, interleave=False):
     n, d = X.shape
     (ours_t, sk_t), (ours, theirs) = _best_of([lambda: kneighbors(X, None, k, device="cpu", verbose=0),
-                                               lambda: NearestNeighbors(n_jobs=-1).fit(X).kneighbors(n_neighbors=k)], repeats)
+                                               lambda: NearestNeighbors(n_jobs=-1).fit(X).kneighbors(n_neighbors=k)], repeats,
+                                              interleave=interleave)
     record = {"set": name, "rows": n, "features": d, "k": k, "gpumine_s": ours_t, "sklearn_s": sk_t,
               "speedup": sk_t / ours_t if ours_t > 0 else None, "distinct_rows": int(np.unique(X, axis=0).shape[0])}
     record.update(_agreement(X, k, ours, theirs))
@@ -88,7 +109,9 @@ def main(argv=None):
     parser.add_argument("--data-dir", default=_default_data_dir(), help="folder of ADBench .npz files")
     parser.add_argument("--max-rows", type=int, default=50_000)
     parser.add_argument("--k", type=int, nargs="+", default=[5, 20])
-    parser.add_argument("--repeats", type=int, default=2, help="best of this many interleaved runs per timing")
+    parser.add_argument("--repeats", type=int, default=2, help="best of this many alternating rounds per timing")
+    parser.add_argument("--interleave", action="store_true",
+                        help="time call by call, alternating the libraries (no untimed call before a quick one's block)")
     parser.add_argument("--sets", nargs="*", help="only these set names (file stems)")
     parser.add_argument("--no-random", action="store_true", help="skip the uniform random twins")
     parser.add_argument("--dtype", choices=["float64", "float32"], default="float64",
@@ -104,7 +127,9 @@ def main(argv=None):
     kneighbors(np.random.default_rng(1).random((64, 40)), None, 3, device="cpu", verbose=0)
     NearestNeighbors(n_jobs=-1).fit(warm).kneighbors(n_neighbors=3)
     meta = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "max_rows": args.max_rows, "repeats": args.repeats, "dtype": args.dtype}
+            "max_rows": args.max_rows, "repeats": args.repeats, "dtype": args.dtype,
+            "timing": "interleaved calls" if args.interleave else
+            f"blocks: quick calls untimed for {_SETTLE_S} s, then {_BLOCK_CALLS} timed"}
     for path in files:
         X = np.load(path)["X"][: args.max_rows]
         if X.dtype != args.dtype:
@@ -117,7 +142,7 @@ def main(argv=None):
             for k in args.k:
                 if k >= data.shape[0]:
                     continue
-                rec = run_one(name, data, k, args.repeats)
+                rec = run_one(name, data, k, args.repeats, args.interleave)
                 records.append(rec)
                 print(f"{name:28s} n={rec['rows']:6d} d={rec['features']:5d} k={k:3d} gpumine {rec['gpumine_s']:8.3f}s "
                       f"sklearn {rec['sklearn_s']:8.3f}s ratio {rec['speedup']:6.2f}x differ {rec['rows_differ']}"

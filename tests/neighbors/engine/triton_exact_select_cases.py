@@ -160,12 +160,13 @@ def _reported(scores64, metric):
 
 
 @pytest.mark.parametrize("metric, kind, k", [("euclidean", "ties", 7), ("sqeuclidean", "float", 1), ("euclidean", "float", 16),
-                                             ("euclidean", "wide", 5)])
+                                             ("euclidean", "wide", 5), ("euclidean", "narrow", 20), ("sqeuclidean", "narrow_ties", 30)])
 @pytest.mark.parametrize("self_search", [True, False])
 def test_checked_search_equals_the_oracle_and_reads_the_extremes(metric, kind, k, self_search):
     rng = np.random.default_rng(3)
-    n, d = 29 * SCALE + 3, {"ties": 3, "float": 5, "wide": 35}[kind]
-    if kind == "ties":  # integer grid with duplicate rows: many exact ties
+    # narrow: the tiles of 32 references (checked_blocks)
+    n, d = 29 * SCALE + 3, {"ties": 3, "float": 5, "wide": 35, "narrow": 12, "narrow_ties": 20}[kind]
+    if kind in ("ties", "narrow_ties"):  # integer grid with duplicate rows: many exact ties
         Y = rng.integers(-2, 2, size=(n, d)).astype(np.float32)
     else:
         Y = (rng.standard_normal((n, d)) * 1e3).astype(np.float32)

@@ -359,6 +359,20 @@ def default_blocks(C: int, d: int = 1) -> tuple[int, int, int]:
     return 2, 128, 1
 
 
+# exact_select_checked's searches of 17 to 32 neighbours at CHECKED_NARROW_MIN_FEATURES to
+# SMALL_BLOCK_MAX_FEATURES features take tiles of 32 references: a query's scan tightens its
+# threshold in smaller steps where a score costs many terms (kernel times on ADBench sets;
+# BENCHMARKS.md, "Design measurements quoted in the code")
+CHECKED_NARROW_MIN_FEATURES = 10
+
+
+def checked_blocks(C: int, d: int) -> tuple[int, int, int]:
+    """:func:`default_blocks` for :func:`exact_select_checked` (see ``CHECKED_NARROW_MIN_FEATURES``)."""
+    if 16 < C <= 32 and CHECKED_NARROW_MIN_FEATURES <= d <= SMALL_BLOCK_MAX_FEATURES:
+        return 1, 32, 1
+    return default_blocks(C, d)
+
+
 def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *, exclude_self: bool = False,
                  self_offset: int = 0, ref_ids: torch.Tensor | None = None, query_ids: torch.Tensor | None = None,
                  anchors: torch.Tensor | None = None, splits: int | None = None, block_m: int | None = None,
@@ -484,7 +498,7 @@ def exact_select_checked(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name
     QT = unit_row_stride(QT)
     RT = unit_row_stride(RT)
     C = max(2, 1 << (k - 1).bit_length())
-    bm, bn, warps = default_blocks(C, d)
+    bm, bn, warps = checked_blocks(C, d)
     if bm * C * C > _PLACED_MAX_COMPARISONS:
         raise ValueError(f"k = {k} is too large for lists written in order; use exact_select")
     programs = triton.cdiv(n_query, bm)
