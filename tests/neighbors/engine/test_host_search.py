@@ -144,6 +144,32 @@ def test_tree_products_and_probe_agree(monkeypatch, kind):
     np.testing.assert_array_equal(found["tree"][1][pick], np.argsort(S, axis=1, kind="stable")[:, :10])
 
 
+@pytest.mark.parametrize("slower", ["tree", "products"])
+def test_probe_stops_the_tree_early_where_it_is_clearly_slower(monkeypatch, slower):
+    import scipy.spatial
+
+    queried = []
+    pause = {"tree": 0.05 if slower == "tree" else 0.0, "products": 0.05 if slower == "products" else 0.0}
+
+    class TimedTree(scipy.spatial.cKDTree):
+        def query(self, x, *args, **kwargs):
+            queried.append(len(x))
+            time.sleep(pause["tree"])
+            return super().query(x, *args, **kwargs)
+
+    smallest = cpu_path._smallest
+    monkeypatch.setattr(scipy.spatial, "cKDTree", TimedTree)
+    monkeypatch.setattr(cpu_path, "_smallest", lambda *a: time.sleep(pause["products"]) or smallest(*a))
+    X = _data("random", 4200, 12, seed=13)
+    path, built = cpu_path._probe(X, X, 6, get_metric("euclidean"))
+    first = -(-cpu_path._PROBE_ROWS // cpu_path._PROBE_FIRST_STRIDE)
+    if slower == "tree":  # its first rows already cost over twice the products: the rest is not run
+        assert (path, queried) == ("gemm", [first])
+    else:
+        assert (path, queried) == ("tree", [first, cpu_path._PROBE_ROWS - first])
+        assert isinstance(built, TimedTree)
+
+
 def test_torch_thread_setting_is_restored():
     before = torch.get_num_threads()
     search(_data("random", 3000, 30, seed=12), None, 5, "euclidean", exclude_self=True)

@@ -101,6 +101,12 @@ TREE_MAX_FEATURES = 16
 # the probe's sample, and the fewest queries for which it runs (below: products)
 _PROBE_ROWS = 256
 _PROBE_MIN_QUERIES = 4096
+# The tree times every _PROBE_FIRST_STRIDE-th sample row first and stops there when that
+# estimate is over _PROBE_CLEAR times the products': where the data's intrinsic dimension is
+# high, the tree's whole sample cost about a third of the search the products then ran
+# (BENCHMARKS.md, "Design measurements quoted in the code").
+_PROBE_FIRST_STRIDE = 8
+_PROBE_CLEAR = 2.0
 # Above TREE_MAX_FEATURES, L1 and L-inf have no matrix-product form: they stay on the
 # tree up to this many features and go to the engine beyond.
 TREE_ONLY_MAX_FEATURES = 64
@@ -194,17 +200,15 @@ def _probe(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric):
     """Time the tree and the products on a sample of queries; the faster path and what it built.
 
     Which is faster depends on the data's intrinsic dimension, not only on its
-    features. The choice may differ between runs; the results do not.
+    features. The products are timed first, then the tree on every
+    ``_PROBE_FIRST_STRIDE``-th sample row, and on the rest of the sample only where
+    that does not already put it over ``_PROBE_CLEAR`` times the products. The
+    choice may differ between runs; the results do not.
     """
     from scipy.spatial import cKDTree
 
-    sample = Qu[np.linspace(0, Qu.shape[0] - 1, _PROBE_ROWS).astype(np.int64)]
-    start = time.perf_counter()
-    tree = cKDTree(U, leafsize=16, balanced_tree=False, compact_nodes=False, copy_data=False)
-    build = time.perf_counter() - start
-    start = time.perf_counter()
-    tree.query(sample, k=min(U.shape[0], K + TREE_MARGIN), p=_TREE_P[metric.name], workers=1)
-    tree_cost = build + (time.perf_counter() - start) * Qu.shape[0] / _PROBE_ROWS
+    n = Qu.shape[0]
+    sample = Qu[np.linspace(0, n - 1, _PROBE_ROWS).astype(np.int64)]
     start = time.perf_counter()
     prod = _Products(metric, U, Qu, min(U.shape[0], K + GEMM_MARGIN))
     build = time.perf_counter() - start
@@ -213,7 +217,22 @@ def _probe(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric):
     out = torch.empty((_PROBE_ROWS, prod.n_pad), dtype=Q.dtype)
     start = time.perf_counter()
     _smallest(prod.scores(Q, out), min(U.shape[0], K + GEMM_MARGIN), prod.levels)
-    gemm_cost = build + (time.perf_counter() - start) * Qu.shape[0] / _PROBE_ROWS
+    gemm_cost = build + (time.perf_counter() - start) * n / _PROBE_ROWS
+    start = time.perf_counter()
+    tree = cKDTree(U, leafsize=16, balanced_tree=False, compact_nodes=False, copy_data=False)
+    build = time.perf_counter() - start
+    first = np.zeros(_PROBE_ROWS, dtype=bool)
+    first[::_PROBE_FIRST_STRIDE] = True
+    queried = 0
+    spent = 0.0
+    for part in (sample[first], sample[~first]):
+        start = time.perf_counter()
+        tree.query(part, k=min(U.shape[0], K + TREE_MARGIN), p=_TREE_P[metric.name], workers=1)
+        spent += time.perf_counter() - start
+        queried += part.shape[0]
+        tree_cost = build + spent * n / queried
+        if tree_cost > _PROBE_CLEAR * gemm_cost:
+            break
     return ("tree", tree) if tree_cost <= gemm_cost else ("gemm", prod)
 
 
