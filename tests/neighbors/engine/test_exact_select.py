@@ -77,3 +77,11 @@ def test_exact_select_in_query_blocks_of_a_small_working_memory():
     assert torch.equal(whole[0], blocks[0]) and torch.equal(whole[1], blocks[1])
 
 
+
+
+def test_checked_searches_take_narrow_tiles_only_with_many_queries_at_10_to_32_features():
+    from gpumine.neighbors.engine._exact_select_kernel import checked_blocks, default_blocks
+
+    assert checked_blocks(32, 21, 3443) == (1, 32, 1)  # Waveform's all-kNN at k = 20
+    for C, d, n_query in ((32, 32, 351), (32, 6, 5000), (8, 21, 5000), (16, 21, 5000), (32, 33, 5000)):
+        assert checked_blocks(C, d, n_query) == default_blocks(C, d)

@@ -162,7 +162,10 @@ def _reported(scores64, metric):
 @pytest.mark.parametrize("metric, kind, k", [("euclidean", "ties", 7), ("sqeuclidean", "float", 1), ("euclidean", "float", 16),
                                              ("euclidean", "wide", 5), ("euclidean", "narrow", 20), ("sqeuclidean", "narrow_ties", 30)])
 @pytest.mark.parametrize("self_search", [True, False])
-def test_checked_search_equals_the_oracle_and_reads_the_extremes(metric, kind, k, self_search):
+def test_checked_search_equals_the_oracle_and_reads_the_extremes(metric, kind, k, self_search, monkeypatch):
+    from gpumine.neighbors.engine import _exact_select_kernel
+
+    monkeypatch.setattr(_exact_select_kernel, "CHECKED_NARROW_MIN_QUERIES", 1)  # the narrow tiles at this size
     rng = np.random.default_rng(3)
     # narrow: the tiles of 32 references (checked_blocks)
     n, d = 29 * SCALE + 3, {"ties": 3, "float": 5, "wide": 35, "narrow": 12, "narrow_ties": 20}[kind]

@@ -360,15 +360,19 @@ def default_blocks(C: int, d: int = 1) -> tuple[int, int, int]:
 
 
 # exact_select_checked's searches of 17 to 32 neighbours at CHECKED_NARROW_MIN_FEATURES to
-# SMALL_BLOCK_MAX_FEATURES features take tiles of 32 references: a query's scan tightens its
-# threshold in smaller steps where a score costs many terms (kernel times on ADBench sets;
+# SMALL_BLOCK_MAX_FEATURES features and at least CHECKED_NARROW_MIN_QUERIES queries take tiles of
+# 32 references: a query's scan tightens its threshold in smaller steps where a score costs many
+# terms. With fewer queries than that the GPU holds every program at once and each program's
+# serial scan sets the time: twice the tiles, more time (kernel times on ADBench sets;
 # BENCHMARKS.md, "Design measurements quoted in the code")
 CHECKED_NARROW_MIN_FEATURES = 10
+CHECKED_NARROW_MIN_QUERIES = 1024
 
 
-def checked_blocks(C: int, d: int) -> tuple[int, int, int]:
+def checked_blocks(C: int, d: int, n_query: int) -> tuple[int, int, int]:
     """:func:`default_blocks` for :func:`exact_select_checked` (see ``CHECKED_NARROW_MIN_FEATURES``)."""
-    if 16 < C <= 32 and CHECKED_NARROW_MIN_FEATURES <= d <= SMALL_BLOCK_MAX_FEATURES:
+    if (16 < C <= 32 and CHECKED_NARROW_MIN_FEATURES <= d <= SMALL_BLOCK_MAX_FEATURES
+            and n_query >= CHECKED_NARROW_MIN_QUERIES):
         return 1, 32, 1
     return default_blocks(C, d)
 
@@ -498,7 +502,7 @@ def exact_select_checked(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name
     QT = unit_row_stride(QT)
     RT = unit_row_stride(RT)
     C = max(2, 1 << (k - 1).bit_length())
-    bm, bn, warps = checked_blocks(C, d)
+    bm, bn, warps = checked_blocks(C, d, n_query)
     if bm * C * C > _PLACED_MAX_COMPARISONS:
         raise ValueError(f"k = {k} is too large for lists written in order; use exact_select")
     programs = triton.cdiv(n_query, bm)
