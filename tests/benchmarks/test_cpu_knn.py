@@ -26,7 +26,7 @@ def test_quick_calls_are_timed_in_blocks_after_untimed_ones():
     second = calls[2:]
     switch = second.index("b")
     assert set(second[:switch]) == {"a"} and set(second[switch:]) == {"b"}
-    assert switch >= cpu_knn._BLOCK_CALLS + 2 and len(second) - switch >= cpu_knn._BLOCK_CALLS + 2
+    assert switch >= cpu_knn._BLOCK_CALLS + 1 and len(second) - switch >= cpu_knn._BLOCK_CALLS + 1  # one untimed call at least
 
 
 def test_slow_calls_and_interleave_take_one_call_per_round():

@@ -149,7 +149,7 @@ def test_probe_stops_the_tree_early_where_it_is_clearly_slower(monkeypatch, slow
     import scipy.spatial
 
     queried = []
-    pause = {"tree": 0.05 if slower == "tree" else 0.0, "products": 0.05 if slower == "products" else 0.0}
+    pause = {"tree": 0.05 if slower == "tree" else 0.0, "products": 0.2 if slower == "products" else 0.0}
 
     class TimedTree(scipy.spatial.cKDTree):
         def query(self, x, *args, **kwargs):
