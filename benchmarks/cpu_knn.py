@@ -51,18 +51,20 @@ def _best_of(fns, repeats: int, min_total: float = 2.0, interleave: bool = False
     """Best time of each function over ``repeats`` alternating rounds (quick ones: more rounds,
     until ``min_total`` seconds passed), so a busy moment of the host hits both alike.
 
-    In each round each function runs a block of calls: quick ones (under ``_QUICK_S``
-    when first timed) untimed calls for ``_SETTLE_S``, then ``_BLOCK_CALLS`` timed
-    ones; slow ones one. The untimed calls absorb what the other library leaves
-    running: OpenMP workers (scikit-learn's) keep spinning on the cores a while after
-    a call returns, which on a small host slows whatever runs next. ``interleave``:
-    one timed call each, call by call (the earlier way: the second library of each
-    pair pays for the first).
+    In each round each function runs a block of calls. Where every function was
+    quick (under ``_QUICK_S``) the round before, each block is untimed calls for
+    ``_SETTLE_S``, then ``_BLOCK_CALLS`` timed ones; else one timed call each, as
+    the first round. The untimed calls absorb what the other library leaves running:
+    OpenMP workers (scikit-learn's and torch's, GNU libgomp here) keep spinning on the
+    cores a while after a call returns, which on a small host slows whatever runs
+    next (libgomp's spin is short; an OpenMP runtime that spins 200 ms would need a
+    longer settle). ``interleave``: one timed call each, call by call (the earlier
+    way: the second library of each pair pays for the first).
     """
     best, results, total, runs = [float("inf")] * len(fns), [None] * len(fns), 0.0, 0
     while runs < repeats or (total < min_total and runs < 3 * repeats):
+        quick = not interleave and max(best) < _QUICK_S  # the same treatment for every function
         for i, fn in enumerate(fns):
-            quick = not interleave and best[i] < _QUICK_S
             settle = time.perf_counter() + _SETTLE_S
             while quick and time.perf_counter() < settle:
                 results[i] = fn()

@@ -83,5 +83,6 @@ def test_checked_searches_take_narrow_tiles_only_with_many_queries_at_10_to_32_f
     from gpumine.neighbors.engine._exact_select_kernel import checked_blocks, default_blocks
 
     assert checked_blocks(32, 21, 3443) == (1, 32, 1)  # Waveform's all-kNN at k = 20
-    for C, d, n_query in ((32, 32, 351), (32, 6, 5000), (8, 21, 5000), (16, 21, 5000), (32, 33, 5000)):
+    assert checked_blocks(32, 10, 1024) == checked_blocks(32, 32, 1024) == (1, 32, 1)  # at the edges
+    for C, d, n_query in ((32, 32, 351), (32, 12, 1023), (32, 9, 5000), (8, 21, 5000), (16, 21, 5000), (32, 33, 5000)):
         assert checked_blocks(C, d, n_query) == default_blocks(C, d)
