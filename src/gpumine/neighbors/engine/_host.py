@@ -107,6 +107,11 @@ _PROBE_MIN_QUERIES = 4096
 # (BENCHMARKS.md, "Design measurements quoted in the code").
 _PROBE_FIRST_STRIDE = 8
 _PROBE_CLEAR = 2.0
+# The tree's estimate counts at this weight against the products': of the whole searches, the
+# tree's took 0.48-0.73 of its estimate and the products' 0.58-1.5 of theirs (their estimate leaves
+# out the exact scores and the certificate), and the weight that picked the faster path on every
+# set measured lay between 0.60 and 0.77 (BENCHMARKS.md, "Design measurements quoted in the code")
+_PROBE_TREE_WEIGHT = 0.68
 # Above TREE_MAX_FEATURES, L1 and L-inf have no matrix-product form: they stay on the
 # tree up to this many features and go to the engine beyond.
 TREE_ONLY_MAX_FEATURES = 64
@@ -202,8 +207,9 @@ def _probe(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric):
     Which is faster depends on the data's intrinsic dimension, not only on its
     features. The products are timed first, then the tree on every
     ``_PROBE_FIRST_STRIDE``-th sample row, and on the rest of the sample only where
-    that does not already put it over ``_PROBE_CLEAR`` times the products. The
-    choice may differ between runs; the results do not.
+    that does not already put it over ``_PROBE_CLEAR`` times the products; the
+    tree's estimate is weighted by ``_PROBE_TREE_WEIGHT``. The choice may differ
+    between runs; the results do not.
     """
     from scipy.spatial import cKDTree
 
@@ -215,6 +221,7 @@ def _probe(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric):
     float64 = prod.passes()[0]
     Q = torch.from_numpy(prod.query(sample, float64)[0]).to(torch.float64 if float64 else torch.float32)
     out = torch.empty((_PROBE_ROWS, prod.n_pad), dtype=Q.dtype)
+    out.zero_()  # its pages mapped before the timing: the search's own buffers are reused block after block
     start = time.perf_counter()
     _smallest(prod.scores(Q, out), min(U.shape[0], K + GEMM_MARGIN), prod.levels)
     gemm_cost = build + (time.perf_counter() - start) * n / _PROBE_ROWS
@@ -232,7 +239,7 @@ def _probe(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric):
         tree.query(part, k=k_tree, p=_TREE_P[metric.name], workers=1)
         spent += time.perf_counter() - start
         queried += part.shape[0]
-        tree_cost = build + spent * n / queried
+        tree_cost = _PROBE_TREE_WEIGHT * (build + spent * n / queried)
         if tree_cost > _PROBE_CLEAR * gemm_cost:
             break
     return ("tree", tree) if tree_cost <= gemm_cost else ("gemm", prod)
