@@ -65,9 +65,10 @@ def _best_of(fns, repeats: int, min_total: float = 2.0, interleave: bool = False
     while runs < repeats or (total < min_total and runs < 3 * repeats):
         quick = not interleave and max(best) < _QUICK_S  # the same treatment for every function
         for i, fn in enumerate(fns):
-            settle = time.perf_counter() + _SETTLE_S
-            while quick and time.perf_counter() < settle:
-                results[i] = fn()
+            if quick:
+                settle = time.perf_counter() + _SETTLE_S
+                while time.perf_counter() < settle:
+                    results[i] = fn()
             for _ in range(_BLOCK_CALLS if quick else 1):
                 t0 = time.perf_counter()
                 results[i] = fn()

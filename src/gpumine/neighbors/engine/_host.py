@@ -215,15 +215,16 @@ def _probe(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric):
 
     n = Qu.shape[0]
     sample = Qu[np.linspace(0, n - 1, _PROBE_ROWS).astype(np.int64)]
+    c = min(U.shape[0], K + GEMM_MARGIN)
     start = time.perf_counter()
-    prod = _Products(metric, U, Qu, min(U.shape[0], K + GEMM_MARGIN))
+    prod = _Products(metric, U, Qu, c)
     build = time.perf_counter() - start
     float64 = prod.passes()[0]
     Q = torch.from_numpy(prod.query(sample, float64)[0]).to(torch.float64 if float64 else torch.float32)
     out = torch.empty((_PROBE_ROWS, prod.n_pad), dtype=Q.dtype)
     out.zero_()  # its pages mapped before the timing: the search's own buffers are reused block after block
     start = time.perf_counter()
-    _smallest(prod.scores(Q, out), min(U.shape[0], K + GEMM_MARGIN), prod.levels)
+    _smallest(prod.scores(Q, out), c, prod.levels)
     gemm_cost = build + (time.perf_counter() - start) * n / _PROBE_ROWS
     start = time.perf_counter()
     tree = cKDTree(U, leafsize=16, balanced_tree=False, compact_nodes=False, copy_data=False)
