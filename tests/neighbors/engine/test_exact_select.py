@@ -86,3 +86,15 @@ def test_checked_searches_take_narrow_tiles_only_with_many_queries_at_10_to_32_f
     assert checked_blocks(32, 10, 1024) == checked_blocks(32, 32, 1024) == (1, 32, 1)  # at the edges
     for C, d, n_query in ((32, 32, 351), (32, 12, 1023), (32, 9, 5000), (8, 21, 5000), (16, 21, 5000), (32, 33, 5000)):
         assert checked_blocks(C, d, n_query) == default_blocks(C, d)
+
+
+def test_the_float32_screen_runs_on_reordered_float32_rows_of_up_to_32_features():
+    from gpumine.neighbors.engine._exact_select_kernel import EXACT_SELECT_SCREEN_MAX_FEATURES, screens
+
+    assert EXACT_SELECT_SCREEN_MAX_FEATURES == 32
+    assert screens(torch.float32, 32, True, None) and screens(torch.float32, 1, False, True)
+    assert not screens(torch.float32, 33, True, None)  # the float64 order's scans at up to 128 features
+    assert not screens(torch.float32, 9, False, None) and not screens(torch.float32, 9, True, False)
+    assert not screens(torch.float64, 9, True, None) and not screens(torch.float64, 9, True, True)
+    with pytest.raises(ValueError, match="screen=True takes at most 32 features; got 33"):
+        screens(torch.float32, 33, False, True)

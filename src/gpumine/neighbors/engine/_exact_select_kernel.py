@@ -61,6 +61,9 @@ _PLACED_MAX_COMPARISONS = 1 << 13
 # only where a lane may enter its row's list (exact_select's ``screen``; False: every tile in
 # float64, for same-run A/B timings)
 EXACT_SELECT_SCREEN = True
+# the screen runs at up to this many features: its unrolled float32 pass beside the float64 one
+# made Triton's compilation of a 128-feature kernel run for minutes
+EXACT_SELECT_SCREEN_MAX_FEATURES = 32
 # above this many features default_blocks gives more queries per program (WIDE_BLOCKS)
 SMALL_BLOCK_MAX_FEATURES = 32
 WIDE_BLOCKS = (2, 64, 1)
@@ -72,6 +75,9 @@ def exact_select_available() -> bool:
 
 
 if triton is not None:
+
+    # the float32 score of a tile: the screen's first pass (its error is bounded in _screen_bound)
+    from ._exact_tile_kernel import _exact_block
 
     @triton.jit
     def _lower(s1, i1, s2, i2):
@@ -149,21 +155,6 @@ if triton is not None:
                 else:
                     part = part + diff * diff
             total = total + part
-        return total
-
-    @triton.jit
-    def _screen32_block(QT, RT, rows, cols, row_ok, col_ok, stride_q_feat, stride_r_feat,
-                        D: tl.constexpr, MANHATTAN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-        # float32 terms of float32 data, summed in any order: close to the float64 score (_screen_bound)
-        total = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-        for f in tl.static_range(D):
-            q = tl.load(QT + f * stride_q_feat + rows, mask=row_ok, other=0.0)
-            r = tl.load(RT + f * stride_r_feat + cols, mask=col_ok, other=0.0)
-            diff = q[:, None] - r[None, :]
-            if MANHATTAN:
-                total = total + tl.abs(diff)
-            else:
-                total = total + diff * diff
         return total
 
     @triton.jit
@@ -248,8 +239,8 @@ if triton is not None:
             if SCREEN:
                 # float32 data: a float32 score per pair first, the float64 one only for tiles where
                 # some lane may reach its row's worst entry (NaN is never screened out)
-                rough = _screen32_block(QT, RT, rows, cols, row_ok, col_ok, stride_q_feat, stride_r_feat,
-                                        D, MANHATTAN, BLOCK_M, BLOCK_N)
+                rough = _exact_block(QT, RT, rows, cols, row_ok, col_ok, 0, stride_q_feat, stride_r_feat,
+                                     D, MANHATTAN, False, BLOCK_M, BLOCK_N)
                 may = valid & ~(rough > _screen_bound(worst, D)[:, None])
                 scored = tl.max(tl.max(may.to(tl.int32), 1), 0) > 0
             else:
@@ -407,7 +398,8 @@ def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *
         lane may enter its row's list. Default: where the rows come in another order
         (``ref_ids``), whose thresholds tighten within a few tiles; in the given order most
         tiles still hold a lane that enters, and the screen's own work is not repaid.
-        Results are the same either way; float64 data is never screened.
+        Results are the same either way; float64 data is never screened. At most
+        ``EXACT_SELECT_SCREEN_MAX_FEATURES`` features (``screen=True`` above raises).
 
     Returns
     -------
@@ -418,6 +410,7 @@ def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *
         raise ValueError("exact selection on the GPU needs the 'triton' package; use exact_select_torch")
     _check(QT, RT, k, metric_name)
     reordered = ref_ids is not None
+    screened = screens(QT.dtype, QT.shape[0], reordered, screen)
     if reordered != (query_ids is not None) or reordered != (anchors is not None):
         raise ValueError("ref_ids, query_ids and anchors go together: give all three or none")
     d, n_query = QT.shape
@@ -454,7 +447,7 @@ def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *
         QT.stride(0), RT.stride(0), scores.stride(0),
         D=d, CHUNK=EXACT_SUM_CHUNK, MANHATTAN=metric_name == "manhattan", EXCLUDE_SELF=exclude_self, REORDERED=reordered,
         C=C, BLOCK_M=bm, BLOCK_N=bn, WIDE=wide, PLACED=placed, CHECK=0, OUT32=False, AS_DISTANCE=False,
-        SCREEN=(reordered and EXACT_SELECT_SCREEN if screen is None else screen) and QT.dtype == torch.float32,
+        SCREEN=screened,
         num_warps=warps, enable_fp_fusion=False,
     )
     if placed:
@@ -464,6 +457,15 @@ def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *
     index = torch.where(unused, PAD_INDEX, index)
     scores = torch.where(unused, float("inf"), scores)
     return pad_topk(*topk_by_score_then_index(scores, index, k), k)
+
+
+def screens(dtype: torch.dtype, d: int, reordered: bool, screen: bool | None) -> bool:
+    """Whether :func:`exact_select` screens in float32 first (its ``screen``; see there)."""
+    if screen and d > EXACT_SELECT_SCREEN_MAX_FEATURES:
+        raise ValueError(f"screen=True takes at most {EXACT_SELECT_SCREEN_MAX_FEATURES} features; got {d}: "
+                         "leave screen=None (the default) or pass False")
+    wanted = reordered and EXACT_SELECT_SCREEN if screen is None else screen
+    return bool(wanted) and dtype == torch.float32 and d <= EXACT_SELECT_SCREEN_MAX_FEATURES
 
 
 def placed_supported(k: int, d: int = 1) -> bool:
