@@ -13,6 +13,7 @@ from gpumine.neighbors import NearestNeighbors, kneighbors
 from gpumine.neighbors.engine._host import cpu_search
 from gpumine.neighbors.engine._host_exact import _every_pair, _exact_dense, _exact_pairs, _feature_major, _first_columns
 import gpumine.neighbors.engine._host_gemm as host_gemm
+import gpumine.neighbors.engine._host_threshold as host_threshold
 from gpumine.neighbors.engine._host_gemm import _sorted_by_value
 from gpumine.outliers import LocalOutlierFactor
 from knn_oracle import assert_knn_matches, brute_force_knn
@@ -51,6 +52,11 @@ def check_exact(X, Q, k, metric, exclude_self=False, budget=BUDGET):
     np.testing.assert_array_equal(index, ref_i)
     np.testing.assert_array_equal(scores, ref_s.astype(X.dtype))
     return stats
+
+
+def _blocked_products_only(monkeypatch):
+    """Small searches on the blocked products path (_host_gemm), not the threshold pass that takes them first."""
+    monkeypatch.setattr(host_threshold, "THRESHOLD_MAX_PAIRS", 0)
 
 
 def _data(kind, n, d, seed, dtype=np.float64):
@@ -301,6 +307,7 @@ def test_float32_results_from_certified_product_scores_match_the_oracle(monkeypa
 
 
 def test_float32_results_on_spread_data_need_few_exact_scores(monkeypatch):
+    _blocked_products_only(monkeypatch)
     rng = np.random.default_rng(32)
     X = rng.random((700, 100)).astype(np.float32)
     exact = []
@@ -636,6 +643,7 @@ def _count_symmetric(monkeypatch):
 @pytest.mark.parametrize("kind", ["random", "duplicates", "far"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_self_searches_on_symmetric_products_match_the_oracle(monkeypatch, kind, dtype):
+    _blocked_products_only(monkeypatch)
     # 600 distinct rows (random): three blocks of the lower triangle, two of them mirrored into the upper one
     formed = _count_symmetric(monkeypatch)
     X = _data(kind, 600, 24, seed=41, dtype=dtype)
@@ -677,6 +685,7 @@ def test_symmetric_products_mirror_the_lower_triangle_and_refuse_what_may_overfl
 
 @pytest.mark.parametrize("kind", ["random", "duplicates", "far"])
 def test_a_self_search_row_leaves_its_own_pair_unscored(monkeypatch, kind):
+    _blocked_products_only(monkeypatch)
     # float64 results (float32 ones from 96 features settle pairs from product scores instead)
     X = _data(kind, 500, 24, seed=44)
     scored = []

@@ -82,6 +82,7 @@ from ...core.distance import Metric
 from ._host_exact import _NUMPY_EXACT, _direct_products_search, _direct_search, direct_products_apply
 from ._host_gemm import GEMM_MARGIN, _gemm_search, _Products, _smallest
 from ._host_threads import _one_torch_thread
+from ._host_threshold import threshold_search, threshold_search_applies
 from ._host_tree import _TREE_P, TREE_MARGIN, _tree_search
 
 __all__ = ["cpu_search", "CPU_TREE_SEARCH", "TREE_ALWAYS_FEATURES", "TREE_MAX_FEATURES"]
@@ -174,7 +175,13 @@ def cpu_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *
             built = None
             if path == "probe":
                 path, built = _probe(U, Qu, K, metric)
-            if path == "tree":
+            found = None
+            if path == "gemm" and refs.identity and threshold_search_applies(metric, Qu.shape[0], U.shape[0], K):
+                found = threshold_search(U, Qu, K, metric, budget_bytes)  # None: ties too wide, left to the blocks
+            if found is not None:
+                path = "threshold"
+                scores, index = found
+            elif path == "tree":
                 scores, index = _tree_search(U, Qu, K, metric, refs, budget_bytes // workers, counters, workers, built)
             else:
                 scores, index = _gemm_search(U, Qu, K, metric, refs, budget_bytes // workers, counters, workers, built,
