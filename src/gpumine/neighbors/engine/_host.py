@@ -28,6 +28,13 @@ row is accepted only when nothing they left out can reach its k-th score
   reference whose product score may reach their k-th score (the band); rows
   whose band is wide are redone with float64 products (a bound 2^29 times
   smaller), and rows still wide with every distinct reference.
+* small L2 searches on the products (whole score matrix within
+  ``THRESHOLD_MAX_PAIRS``, short lists) first take one threshold per row from
+  the float32 products' group minima and score exactly every pair under its
+  reach (:mod:`._host_threshold`): nothing above it can reach the k-th score,
+  so no row needs a certificate. A search whose rows hold too many pairs under
+  their threshold (wide ties) is left to the blocked products, so its work is
+  that pass plus theirs.
 
 Exact scores in NumPy. For euclidean, sqeuclidean, manhattan and chebyshev the
 exact scores are formed in NumPy from a feature-major float64 copy of the
@@ -66,7 +73,8 @@ many short operations split over threads each end in a barrier, and on a busy
 host a descheduled worker holds every barrier for milliseconds.
 
 Layout. This module chooses the path and collapses duplicate rows; the KD-tree
-path is :mod:`._host_tree`, the matrix-product path :mod:`._host_gemm`, the exact
+path is :mod:`._host_tree`, the matrix-product path :mod:`._host_gemm` (and its
+small searches' threshold pass :mod:`._host_threshold`), the exact
 scores, the selection under the tie rule and the direct small search
 :mod:`._host_exact`, and the threads :mod:`._host_threads`.
 """
