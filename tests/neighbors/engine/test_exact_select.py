@@ -91,10 +91,11 @@ def test_checked_searches_take_narrow_tiles_only_with_many_queries_at_10_to_32_f
 def test_the_float32_screen_runs_on_reordered_float32_rows_of_up_to_32_features():
     from gpumine.neighbors.engine._exact_select_kernel import EXACT_SELECT_SCREEN_MAX_FEATURES, screens
 
-    assert EXACT_SELECT_SCREEN_MAX_FEATURES == 32
-    assert screens(torch.float32, 32, True, None) and screens(torch.float32, 1, False, True)
-    assert not screens(torch.float32, 33, True, None)  # the float64 order's scans at up to 128 features
+    most = EXACT_SELECT_SCREEN_MAX_FEATURES
+    assert screens(torch.float32, most, True, None) and screens(torch.float32, 1, False, True)
+    assert not screens(torch.float32, most + 1, True, None)  # the float64 order's scans at up to 128 features
+    assert not screens(torch.float64, most + 1, False, True)  # float64 data is never screened: nothing to refuse
     assert not screens(torch.float32, 9, False, None) and not screens(torch.float32, 9, True, False)
     assert not screens(torch.float64, 9, True, None) and not screens(torch.float64, 9, True, True)
-    with pytest.raises(ValueError, match="screen=True takes at most 32 features; got 33"):
-        screens(torch.float32, 33, False, True)
+    with pytest.raises(ValueError, match=f"screen=True takes at most {most} features; got {most + 1}"):
+        screens(torch.float32, most + 1, False, True)

@@ -335,7 +335,8 @@ def test_products_that_underflow_stay_within_the_bounds(d, scale):
     check_exact(X, X[:40] * np.float32(1.5), 5, "euclidean")
 
 
-def test_float32_results_keep_zero_distances_positive():
+def test_float32_results_keep_zero_distances_positive(monkeypatch):
+    _blocked_products_only(monkeypatch)  # the certified float32 scores' clamp at zero
     # centred rows so small that the products' bound is below float32's least step: a settled self pair's
     # product score may be just below 0, and is reported as +0 as its exact score is
     X = (np.random.default_rng(33).standard_normal((800, 100)) * 1e-20).astype(np.float32)
@@ -441,13 +442,16 @@ def _irregular(kind, n, d, rng, dtype):
 
 def _both_paths(monkeypatch, R, Q, k, metric, exclude_self, budget=BUDGET):
     """cpu_search with every pair scored (the direct path), with products and the pairs they leave (the direct
-    path at short lists), and with candidates (tree or products)."""
+    path at short lists), with the products' threshold per row (small L2 searches), and with candidates (tree
+    or blocked products)."""
     from gpumine.neighbors.engine import _host_exact
 
     found = {}
-    for direct, limit, products in (("direct", 1 << 62, 0), ("direct_products", 1 << 62, 1 << 62), ("candidates", 0, 0)):
+    for direct, limit, products, threshold in (("direct", 1 << 62, 0, 0), ("direct_products", 1 << 62, 1 << 62, 0),
+                                               ("threshold", 0, 0, 1 << 62), ("candidates", 0, 0, 0)):
         monkeypatch.setattr(cpu_path, "DIRECT_MAX_TERMS", limit)
         monkeypatch.setattr(_host_exact, "DIRECT_PRODUCTS_MAX_PAIRS", products)
+        monkeypatch.setattr(host_threshold, "THRESHOLD_MAX_PAIRS", threshold)
         stats = {}
         Rt = torch.from_numpy(R)
         result = cpu_search(Rt, Rt if Q is None else torch.from_numpy(Q), k, get_metric(metric),
@@ -477,7 +481,7 @@ def test_direct_small_path_equals_the_candidate_paths_on_irregular_shapes(monkey
                     assert b[2]["backend"] != "cpu_direct"
                     if a[2]["backend"] != "cpu_direct":  # many copies: collapsed, not a direct search
                         assert a[2]["distinct_references"] < n
-                    for other in (b, found["direct_products"]):
+                    for other in (b, found["direct_products"], found["threshold"]):
                         np.testing.assert_array_equal(a[1], other[1], err_msg=f"{kind} {n}x{d} k={k}")
                         np.testing.assert_array_equal(a[0].view(np.uint8), other[0].view(np.uint8))
             # and both against the contract itself
@@ -493,8 +497,10 @@ def test_direct_small_path_equals_the_candidate_paths_on_irregular_shapes(monkey
 @pytest.mark.parametrize("metric", ["euclidean", "manhattan", "chebyshev", "cosine", "inner_product"])
 @pytest.mark.parametrize("kind", ["integer", "rounded", "copies"])
 def test_small_sets_on_the_candidate_paths_match_the_oracle(monkeypatch, metric, kind):
-    # small searches take the direct path by default: the tree and the products keep their coverage here
+    # small searches take the direct path or the threshold pass by default: the tree and the blocked products
+    # keep their coverage here
     monkeypatch.setattr(cpu_path, "DIRECT_MAX_TERMS", 0)
+    _blocked_products_only(monkeypatch)
     rng = np.random.default_rng(21)
     for n, d in ((60, 3), (120, 12), (90, 24)):
         X = _irregular(kind, n, d, rng, np.float32)

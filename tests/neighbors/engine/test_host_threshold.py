@@ -9,6 +9,7 @@ import torch
 import gpumine.neighbors.engine._host_threshold as host_threshold
 from gpumine.core.distance import get_metric
 from gpumine.neighbors.engine._host import cpu_search
+from gpumine.neighbors.engine._host_gemm import _Products
 from gpumine.neighbors.engine._host_threshold import THRESHOLD_MAX_K, THRESHOLD_MAX_PAIRS, threshold_search
 
 
@@ -25,7 +26,7 @@ def _data(kind, n, d, seed):
         return rng.standard_normal((n, d))
     if kind == "far":  # clustered far from the origin: the products cancel unless centred
         return 1e6 + rng.standard_normal((n, d)) * 1e-2
-    if kind == "few_copies":  # rows in up to four copies: searched as rows of their own, ties at 0
+    if kind == "few_copies":  # rows in three copies: searched as rows of their own, ties at 0
         base = rng.standard_normal((-(-n // 3), d))
         return np.repeat(base, 3, axis=0)[:n][rng.permutation(n)]
     if kind == "near_ties":  # float32 rounds the products of 1 + e alike, float64 scores differ
@@ -45,9 +46,7 @@ def test_results_equal_every_pair_scored_in_float64(kind, metric, K):
     Q = np.vstack([U[:40], _data(kind, 25, 24, seed=K + 100)])
     for queries in (U, Q):
         found = threshold_search(U, queries, K, get_metric(metric), 1 << 26)
-        if found is None:  # wide ties: the blocked path's, checked below through cpu_search
-            assert kind in ("near_ties", "small_integers", "large_integers")
-            continue
+        assert found is not None  # rows under their thresholds stay within 4 K here, ties included
         scores, index = found
         want_scores, want_index = _oracle(U, queries, K, metric)
         np.testing.assert_array_equal(index, want_index)
@@ -121,3 +120,76 @@ def test_kept_buffers_serve_other_shapes_and_threads():
     for t in threads:
         t.join()
     assert not wrong
+
+
+def test_float32_products_that_could_overflow_are_left_to_the_float64_products(monkeypatch):
+    # a cluster near +1e20 on the first feature (the queries), one near -1.3e21 balancing the mean, two
+    # near +-1e20 on the second feature, and 12 rows near 0: the float32 products of the first cluster's
+    # pairs overflow to NaN (inf - inf), the 12 rows' stay finite, and groups 0-9 of the 20 (columns g,
+    # g + 20, ...) hold none of the first cluster: their minima set a finite threshold that a NaN score
+    # never meets, which would leave every true neighbour out
+    rng = np.random.default_rng(12)
+    X = rng.standard_normal((160, 12))
+    low, high = np.flatnonzero(np.arange(160) % 20 < 10), np.flatnonzero(np.arange(160) % 20 >= 10)
+    queries = high[:78]
+    X[queries, 0] += 1e20
+    X[low[:6], 0] -= 1.3e21
+    rest = np.concatenate([low[18:], high[78:]])  # low[6:18]: the rows near 0
+    X[rest[::2], 1] += 1e20
+    X[rest[1::2], 1] -= 1e20
+    l2 = get_metric("sqeuclidean")
+    want_scores, want_index = _oracle(X, X[queries], 6, "sqeuclidean")
+    assert threshold_search(X, X[queries], 6, l2, 1 << 26) is None
+    monkeypatch.setattr(_Products, "float32_finite", lambda self, offset: True)  # the check this test is for
+    assert not np.array_equal(threshold_search(X, X[queries], 6, l2, 1 << 26)[1], want_index)
+    monkeypatch.undo()
+    import gpumine.neighbors.engine._host as host
+    import gpumine.neighbors.engine._host_exact as host_exact
+
+    monkeypatch.setattr(host, "DIRECT_MAX_TERMS", 0)  # the products paths, not the direct small searches
+    monkeypatch.setattr(host_exact, "DIRECT_PRODUCTS_MAX_PAIRS", 0)
+    R = torch.from_numpy(X)
+    for limit in (THRESHOLD_MAX_PAIRS, 0):  # the threshold pass declines; the blocked path alone
+        monkeypatch.setattr(host_threshold, "THRESHOLD_MAX_PAIRS", limit)
+        stats = {}
+        scores, index = cpu_search(R, R[queries], 6, l2, exclude_self=False, budget_bytes=1 << 26, stats=stats)
+        assert stats["selection"] == "gemm"
+        np.testing.assert_array_equal(index.numpy(), want_index)
+        np.testing.assert_array_equal(scores.numpy(), want_scores)
+
+
+def test_a_score_matrix_over_the_budget_is_left_to_the_row_blocks():
+    X = np.random.default_rng(13).standard_normal((300, 20))
+    l2 = get_metric("euclidean")
+    assert threshold_search(X, X, 6, l2, 5 * 300 * 304) is not None
+    assert threshold_search(X, X, 6, l2, 5 * 300 * 304 - 1) is None
+
+
+@pytest.mark.parametrize("K", [1, 6, THRESHOLD_MAX_K])
+def test_product_scores_off_by_nine_tenths_of_their_bound_still_give_the_oracle(monkeypatch, K):
+    # the bound's relative error g widened to 2^-9 and every product score moved by 0.9 of the bound, the
+    # true neighbours' up and the others' down: a threshold from the others' scores needs the full margin
+    # (upper, then reach) to keep every true neighbour under it
+    rng = np.random.default_rng(K)
+    U = rng.standard_normal((257, 10))
+    Q = rng.standard_normal((70, 10))
+    exact = get_metric("sqeuclidean").exact_scores(torch.from_numpy(Q), torch.from_numpy(U)[None]).numpy()
+    want_scores, want_index = _oracle(U, Q, K, "sqeuclidean")
+    first = np.zeros(exact.shape, dtype=bool)
+    np.put_along_axis(first, want_index, True, 1)
+    g = 2.0**-9
+    monkeypatch.setattr(_Products, "gamma", lambda self, float64: g)
+    plain_scores = _Products.scores
+
+    def moved_scores(self, Qt, out):
+        A = plain_scores(self, Qt, out).numpy()
+        q = (Qt.numpy().astype(np.float64) ** 2).sum(1)  # the query rows' squared norms (the bound's scale)
+        shift = 0.9 * g * (3.0 * q[:, None] + 2.0 * exact)
+        A[:, : exact.shape[1]] += np.where(first, shift, -shift).astype(np.float32)
+        return out
+
+    monkeypatch.setattr(_Products, "scores", moved_scores)
+    found = threshold_search(U, Q, K, get_metric("sqeuclidean"), 1 << 26)
+    assert found is not None
+    np.testing.assert_array_equal(found[1], want_index)
+    np.testing.assert_array_equal(found[0], want_scores)

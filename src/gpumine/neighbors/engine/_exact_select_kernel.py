@@ -61,8 +61,9 @@ _PLACED_MAX_COMPARISONS = 1 << 13
 # only where a lane may enter its row's list (exact_select's ``screen``; False: every tile in
 # float64, for same-run A/B timings)
 EXACT_SELECT_SCREEN = True
-# the screen runs at up to this many features: its unrolled float32 pass beside the float64 one
-# made Triton's compilation of a 128-feature kernel run for minutes
+# the screen runs at up to this many features: its unrolled float32 pass doubles the unrolled body of
+# the kernel, whose compilation then grows out of proportion at many features (BENCHMARKS.md, "Design
+# measurements quoted in the code")
 EXACT_SELECT_SCREEN_MAX_FEATURES = 32
 # above this many features default_blocks gives more queries per program (WIDE_BLOCKS)
 SMALL_BLOCK_MAX_FEATURES = 32
@@ -461,7 +462,7 @@ def exact_select(QT: torch.Tensor, RT: torch.Tensor, k: int, metric_name: str, *
 
 def screens(dtype: torch.dtype, d: int, reordered: bool, screen: bool | None) -> bool:
     """Whether :func:`exact_select` screens in float32 first (its ``screen``; see there)."""
-    if screen and d > EXACT_SELECT_SCREEN_MAX_FEATURES:
+    if screen and dtype == torch.float32 and d > EXACT_SELECT_SCREEN_MAX_FEATURES:
         raise ValueError(f"screen=True takes at most {EXACT_SELECT_SCREEN_MAX_FEATURES} features; got {d}: "
                          "leave screen=None (the default) or pass False")
     wanted = reordered and EXACT_SELECT_SCREEN if screen is None else screen

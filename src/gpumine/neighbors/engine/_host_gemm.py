@@ -46,6 +46,7 @@ class _Products:
     def __init__(self, metric: Metric, U: np.ndarray, Qu: np.ndarray, c: int):
         self.name = metric.name
         n_u, self.d = U.shape
+        self.n_u = n_u
         self.l2 = self.name in ("euclidean", "sqeuclidean")
         largest = _integer_magnitude(U, Qu) if self.l2 or self.name == "inner_product" else None
         # integer L2 partial sums stay below 4 d M^2, inner products below d M^2
@@ -87,6 +88,13 @@ class _Products:
         if self.name == "cosine":
             return X / np.where(norm > 0, norm, 1.0)[:, None], norm
         return X, norm
+
+    def float32_finite(self, offset: np.ndarray) -> bool:
+        """Whether the float32 products stay finite: every squared norm they see (the references' ``bias32``,
+        the queries' ``offset``) below ``_FLOAT32_MAX_NORM``. An overflowed product is NaN or infinite, and a
+        NaN compares as no candidate: data this wide takes the float64 products instead."""
+        return bool(self.bias32[: self.n_u].max(initial=0.0) < _FLOAT32_MAX_NORM
+                    and offset.max(initial=0.0) < _FLOAT32_MAX_NORM)
 
     def passes(self):
         """The precisions to try in turn (float64: True)."""
@@ -169,6 +177,11 @@ class _Products:
         if self.l2:
             return s * (1.0 + 2.0 * g) + 3.0 * g * q
         return s + 2.0 * g * q
+
+
+# Squared norms below this keep the float32 products finite: |x.y| <= |x| |y|, so a query's product row
+# plus a reference's bias stays below 2^126 (float32's largest value is about 2^128)
+_FLOAT32_MAX_NORM = 2.0**124
 
 
 def _integer_magnitude(U: np.ndarray, Q: np.ndarray) -> float | None:
@@ -368,6 +381,8 @@ def _gemm_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, prod=N
         if not wide.size:
             break
         Q, offset, scale = prod.query(Qu, float64)
+        if not float64 and not prod.float32_finite(offset):
+            continue  # the float64 products take every row
         wide = _gemm_pass(prod, Q, offset, scale, wide, float64, Qu, U, UT, metric, results, budget_bytes, counters,
                           workers, float32_scores, None if float64 else own)
         own = None  # the float32 pass read it: its memory goes before the next pass's buffers

@@ -11,7 +11,7 @@ candidates, a certificate per row, bands for the rows it leaves open):
 2. ``t``: the K-th smallest of the row's minima over groups of eight columns
    (:func:`._host_gemm._smallest`'s first level), or of the row itself where
    :class:`._host_gemm._Products` groups no columns. K groups hold an entry at or below it, so at least K product scores
-   are at most ``t``, and the row's K-th exact score is at most ``upper(t)``.
+   are at most ``t``, and the row's K-th exact score is at most ``upper(t + offset)``.
 3. Every pair whose product score may reach ``upper(t)`` (``reach``) is scored
    exactly (:func:`._host_exact._exact_dense`) and the row's pairs are ordered by
    (exact score, index); a pair above ``reach`` scores above the K-th exactly and
@@ -19,8 +19,9 @@ candidates, a certificate per row, bands for the rows it leaves open):
 
 Rows under their threshold hold about K to 2K pairs where the values are spread.
 A search with a row holding more than ``THRESHOLD_MAX_WIDTH_PER_NEIGHBOUR * K``
-(wide ties) or fewer than K (NaN scores) returns None: the blocked path then runs
-it, so the work stays within this pass plus that path's.
+(wide ties) or fewer than K (NaN scores), data whose float32 products could
+overflow, or a score matrix over the memory budget returns None: the blocked
+path then runs it, so the work stays within this pass plus that path's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import torch
 
 from ...core.distance import Metric
 from ._host_exact import _exact_dense, _feature_major
@@ -51,7 +53,8 @@ _scratch = threading.local()
 def _score_buffers(n: int):
     """This thread's float32 scores and their mask, ``n`` entries each, kept between searches: fresh
     buffers of this size are mapped anew by the allocator on every call, and their page faults cost
-    more than the search's passes over them (at most ``THRESHOLD_MAX_PAIRS`` entries are kept)."""
+    more than the search's passes over them (``THRESHOLD_MAX_PAIRS`` entries and the references'
+    padding at most)."""
     scores = getattr(_scratch, "scores", None)
     if scores is None or scores.size < n:
         _scratch.scores = scores = np.empty(n, dtype=np.float32)
@@ -73,14 +76,12 @@ def threshold_search(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric, budg
     """
     n_q = Qu.shape[0]
     prod = _Products(metric, U, Qu, K)
-    float64 = prod.passes()[0]
-    if float64:  # integers too large for float32 products to be exact: the blocked path's float64 products
-        return None
     Q, offset, scale = prod.query(Qu, False)
-    n_pad = prod.YT32.shape[1]
+    n_pad = prod.n_pad
+    if not prod.float32_finite(offset) or 5 * n_q * n_pad > budget_bytes:
+        return None  # the blocked path: float64 products, or row blocks within the budget
     A, below = (b.reshape(n_q, n_pad) for b in _score_buffers(n_q * n_pad))
-    np.matmul(Q.astype(np.float32), prod.YT32, out=A)
-    A += prod.bias32
+    prod.scores(torch.from_numpy(Q.astype(np.float32)), torch.from_numpy(A))
     M = A
     if prod.levels:  # one level of groups (more leave a looser threshold): group g holds columns g, g + n_pad / 8, ...
         slabs = A.reshape(n_q, _GROUP, -1)
@@ -95,7 +96,7 @@ def threshold_search(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric, budg
     limit = reach.astype(np.float32)
     low = limit < reach
     limit[low] = np.nextafter(limit[low], np.float32(np.inf))
-    if not np.isfinite(limit).all():  # NaN rows, or scores beyond float32's range: the blocked path
+    if not np.isfinite(limit).all():  # NaN rows: the blocked path
         return None
     np.less_equal(A, limit[:, None], out=below)  # NaN compares false
     flat = np.flatnonzero(below)
