@@ -272,8 +272,7 @@ def _smallest(A: torch.Tensor, c: int, levels: int):
     width = max(int(counts.max()), c)
     kept = counts.copy()
     kept[heavy] = c
-    starts = np.cumsum(counts) - counts
-    dest = np.arange(flat.size) + np.repeat(np.arange(0, b * width, width) - starts, counts)  # row * width + rank
+    dest = _padded_positions(counts, width)
     cols = flat - rows * n
     if X.dtype == np.float32 and n < 1 << 32:  # one padded array of 64-bit keys, sorted as integers
         key = np.full(b * width, _INF_KEY, dtype=np.uint64)  # padding: +inf, column 0
@@ -291,6 +290,13 @@ def _smallest(A: torch.Tensor, c: int, levels: int):
         V[heavy, :c], C[heavy, :c] = _first_columns(X[heavy], c)
     order = np.argsort(V, axis=1)
     return np.take_along_axis(V, order, 1), np.take_along_axis(C, order, 1), kept
+
+
+def _padded_positions(counts: np.ndarray, width: int) -> np.ndarray:
+    """``row * width + rank`` of each of ``counts.sum()`` entries listed row by row (row i holding ``counts[i]``):
+    their places in a (rows, width) array, each row's entries first, in their order."""
+    starts = np.cumsum(counts) - counts
+    return np.arange(int(counts.sum())) + np.repeat(np.arange(0, counts.size * width, width) - starts, counts)
 
 
 def _smallest_by_groups(A: torch.Tensor, c: int, levels: int):

@@ -10,9 +10,10 @@ candidates, a certificate per row, bands for the rows it leaves open):
    bound of each pair's exact score.
 2. ``t``: the K-th smallest of the row's minima over groups of eight columns
    (:func:`._host_gemm._smallest`'s first level), or of the row itself where
-   :class:`._host_gemm._Products` groups no columns. K groups hold an entry at or below it, so at least K product scores
-   are at most ``t``, and the row's K-th exact score is at most ``upper(t + offset)``.
-3. Every pair whose product score may reach ``upper(t)`` (``reach``) is scored
+   :class:`._host_gemm._Products` groups no columns. K groups hold an entry at or
+   below it, so at least K product scores are at most ``t``, and the row's K-th
+   exact score is at most ``upper(t + offset)``.
+3. Every pair whose product score may reach that bound (``reach``) is scored
    exactly (:func:`._host_exact._exact_dense`) and the row's pairs are ordered by
    (exact score, index); a pair above ``reach`` scores above the K-th exactly and
    cannot be among the K, whatever the ties.
@@ -33,7 +34,7 @@ import torch
 
 from ...core.distance import Metric
 from ._host_exact import _exact_dense, _feature_major
-from ._host_gemm import _GROUP, _Products
+from ._host_gemm import _GROUP, _padded_positions, _Products
 
 # At most this many (query, padded reference) pairs: the float32 score matrix (4 MiB, kept per thread) and the
 # passes over it stay in the cache; larger searches run in row blocks (_host_gemm). Measured
@@ -75,6 +76,8 @@ def threshold_search(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric, budg
     (n_q, K) float64 scores and int64 indices, as :func:`._host_exact._direct_search`.
     """
     n_q = Qu.shape[0]
+    if n_q == 0:
+        return None
     prod = _Products(metric, U, Qu, K)
     Q, offset, scale = prod.query(Qu, False)
     n_pad = prod.n_pad
@@ -83,7 +86,9 @@ def threshold_search(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric, budg
     A, below = (b.reshape(n_q, n_pad) for b in _score_buffers(n_q * n_pad))
     prod.scores(torch.from_numpy(Q.astype(np.float32)), torch.from_numpy(A))
     M = A
-    if prod.levels:  # one level of groups (more leave a looser threshold): group g holds columns g, g + n_pad / 8, ...
+    # one level of groups (more leave a looser threshold): group g holds columns g, g + n_pad / 8, ...; the
+    # minimum of the eight column slabs is cheaper than _smallest's strided reduction at this size only
+    if prod.levels:
         slabs = A.reshape(n_q, _GROUP, -1)
         M = np.minimum(slabs[:, 0], slabs[:, 1])
         for j in range(2, _GROUP):
@@ -102,13 +107,11 @@ def threshold_search(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric, budg
     flat = np.flatnonzero(below)
     rows = flat // n_pad
     counts = np.bincount(rows, minlength=n_q)
-    width = int(counts.max()) if n_q else 0
-    if n_q == 0 or int(counts.min()) < K or width > THRESHOLD_MAX_WIDTH_PER_NEIGHBOUR * K:
+    width = int(counts.max())
+    if int(counts.min()) < K or width > THRESHOLD_MAX_WIDTH_PER_NEIGHBOUR * K:
         return None
-    starts = np.cumsum(counts) - counts
-    dest = np.arange(flat.size) + np.repeat(np.arange(0, n_q * width, width) - starts, counts)  # row * width + rank
     idx = np.zeros(n_q * width, dtype=np.int64)  # padding: column 0, scored +inf below
-    idx[dest] = flat - rows * n_pad  # a row's columns ascending
+    idx[_padded_positions(counts, width)] = flat - rows * n_pad  # a row's columns ascending
     idx = idx.reshape(n_q, width)
     S = _exact_dense(metric, Qu, U, _feature_major(metric, U), idx, budget_bytes)
     if flat.size < n_q * width:
