@@ -50,7 +50,7 @@ def sweep(tmp_path_factory):
     _write_sets(data)
     out, md, png = folder / "res.json", folder / "table.md", folder / "ratios.png"
     argv = ["--data", str(data), "--device", "cpu", "--repeats", "1", "--cpu-max-rows", "120",
-            "--sample", "50", "--out", str(out), "--markdown", str(md), "--plot", str(png)]
+            "--sample", "50", "--quick-below", "60", "--quick-rounds", "2", "--out", str(out), "--markdown", str(md), "--plot", str(png)]
     with _one_thread():
         rc = realdata.main(argv)
     return rc, folder, json.loads(out.read_text()), md.read_text()
@@ -66,6 +66,7 @@ def test_every_set_and_case_is_recorded_and_exact(sweep):
         assert r["device"] == "cpu" and r["peer"] == "sklearn"
         assert r["gpumine_s"] > 0 and r["peer_s"] > 0
         assert r["speedup"] == pytest.approx(r["peer_s"] / r["gpumine_s"])
+        assert r["quick_rounds"] == 2  # every case is under --quick-below here
         if r["case"] != "lof":
             assert r["mismatched_rows"] == 0, r
             assert r["exact_rows_checked"] > 0
@@ -83,6 +84,7 @@ def test_every_set_and_case_is_recorded_and_exact(sweep):
     assert by[("1_gauss", "lof")]["peer_max_rel_score_diff"] < 1e-4
     meta = json.loads((folder / "res.meta.json").read_text())
     assert meta["device"] == "cpu" and meta["peer"] == "sklearn" and meta["cpu_max_rows"] == 120
+    assert meta["quick_below"] == 60 and meta["quick_rounds"] == 2
     assert not list(folder.glob(".*.tmp"))
 
 
@@ -138,3 +140,29 @@ def test_sets_filter_and_bad_usage(tmp_path, capsys):
     assert realdata.main(["--data", str(data), "--sets", "nope", "--device", "cpu"]) == 2
     assert realdata.main(["--data", str(tmp_path / "missing"), "--device", "cpu"]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_quick_cases_alternate_and_keep_the_best():
+    args = realdata.build_parser().parse_args(["--device", "cpu", "--quick-rounds", "4"])
+    sweep = realdata.Sweep(args, torch.device("cpu"), argv=[])
+    calls = []
+
+    def first():
+        calls.append("a")
+
+    def second():
+        calls.append("b")
+
+    best_a, best_b, rounds = sweep.alternate(first, second, 10.0, 20.0)
+    assert rounds == 4 and calls == ["a", "b"] * 4
+    # the earlier best is kept where no new run beats it, and replaced where one does
+    assert best_a < 10.0 and best_b < 20.0
+    best_a, best_b, _ = sweep.alternate(first, second, 0.0, 0.0)
+    assert (best_a, best_b) == (0.0, 0.0)
+
+
+def test_negative_quick_rounds_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        realdata.main(["--device", "cpu", "--quick-rounds", "-1"])
+    assert exc.value.code == 2
+    assert "--quick-rounds" in capsys.readouterr().err
