@@ -383,6 +383,8 @@ def _expand_queries(scores: np.ndarray, index: np.ndarray, queries: _Groups, k: 
     if not exclude_self:
         return np.ascontiguousarray(scores[:, :k]), np.ascontiguousarray(index[:, :k])
     n, K = index.shape
+    if np.array_equal(index[:, 0], np.arange(n)):  # each row first in its own list (the usual case)
+        return np.ascontiguousarray(scores[:, 1:]), np.ascontiguousarray(index[:, 1:])
     own = index == np.arange(n)[:, None]
     own[~own.any(1), K - 1] = True  # not in the list: drop the last entry instead
     keep = ~own

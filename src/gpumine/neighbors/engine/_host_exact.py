@@ -261,7 +261,10 @@ def _exact_pairs(metric: Metric, Q64: np.ndarray, U64: np.ndarray, UT: np.ndarra
         step = _numpy_pairs_per_block(Q64.shape[1], budget_bytes)
         for s0 in range(0, len(rows), step):
             G = np.take(UT, uids[s0 : s0 + step], axis=1, mode="clip")  # in range: clip only skips the check
-            G -= Q64[rows[s0 : s0 + step]].T
+            if Q64 is U64:  # the queries are the references: gathered from UT too, in G's layout
+                G -= np.take(UT, rows[s0 : s0 + step], axis=1, mode="clip")
+            else:
+                G -= Q64[rows[s0 : s0 + step]].T
             out[s0 : s0 + step] = _reduce_terms(metric.name, G)
         return out
     step = _pairs_per_chunk(Q64.shape[1], budget_bytes)
@@ -514,6 +517,9 @@ def _direct_products_search(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metri
     kth = np.partition(A, K - 1, axis=1)[:, K - 1]
     rows, cols = _nonzero(A <= (kth + 2.0 * E)[:, None])
     S = _exact_pairs(metric, Qu, U, _feature_major(metric, U), rows, cols, budget_bytes)
+    if len(rows) == n_q * K:  # K pairs in every row (no ties at the bound), their columns ascending
+        order = np.argsort(S.reshape(n_q, K), axis=1, kind="stable")
+        return np.take_along_axis(S.reshape(n_q, K), order, 1), np.take_along_axis(cols.reshape(n_q, K), order, 1)
     order = np.lexsort((cols, S, rows))  # by row, then (exact score, index)
     counts = np.bincount(rows, minlength=n_q)
     take = order[((np.cumsum(counts) - counts)[:, None] + np.arange(K)).reshape(-1)]
