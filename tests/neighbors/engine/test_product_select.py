@@ -37,8 +37,12 @@ def test_launch_shape_by_rows_and_references(monkeypatch):
     assert kernel.default_product_splits(7_603, 7_603, 1, 128, gpu) == 1
     assert not kernel.default_finish_apart(7_603, 1, gpu)
     # few rows over many references: the references split (and the finish then always apart)
-    assert kernel.default_product_splits(2_000, 100_000, 1, 128, gpu) == 3
-    assert kernel.default_product_splits(4_207, 4_207, 1, 128, gpu) == 2  # each split at least 16 tiles
+    assert kernel.default_product_splits(2_000, 100_000, 1, 128, gpu) == 2  # the split grid within one wave
+    assert kernel.default_product_splits(1_000, 100_000, 1, 128, gpu) == 4
+    assert kernel.default_product_splits(100, 4_207, 1, 128, gpu) == 2  # each split at least 16 tiles
+    assert kernel.default_product_splits(4_207, 4_207, 1, 128, gpu) == 1  # rows fill over half a wave
+    assert kernel.default_product_splits(2_112, 100_000, 1, 128, gpu) == 2
+    assert kernel.default_product_splits(2_113, 100_000, 1, 128, gpu) == 1
     assert kernel.default_product_splits(1_966, 1_966, 1, 128, gpu) == 1
     assert kernel.default_product_splits(2_000, 100_000, 1, 128, cpu) == 1
     assert not kernel.default_finish_apart(41_188, 1, cpu)

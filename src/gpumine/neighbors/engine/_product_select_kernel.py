@@ -56,7 +56,7 @@ except ImportError:  # pragma: no cover - exercised on machines without triton
 from ...core.distance import EXACT_SUM_CHUNK
 from ...core.select import PAD_INDEX, pad_topk, topk_by_score_then_index
 from ...core.tiles import unit_row_stride
-from ._exact_select_kernel import _PLACED_MAX_COMPARISONS, EXACT_SELECT_MAX_K, _multiprocessors, splits_to_fill
+from ._exact_select_kernel import _PLACED_MAX_COMPARISONS, EXACT_SELECT_MAX_K, _multiprocessors
 
 __all__ = ["product_select", "product_select_torch", "product_select_available", "PRODUCT_SELECT_MAX_K",
            "default_product_blocks", "default_scan_columns", "default_product_splits", "default_finish_apart", "kept_candidates"]
@@ -69,10 +69,12 @@ _WIDE_FROM = 2**31
 _MAX_SPLITS = 65535
 # False: self-searches scan from the first reference (same-run A/B timings)
 START_AT_OWN = True
-# default_product_splits: programs per multiprocessor below which a row's references are split over
-# several programs (one program of one warp per row: the multiprocessor's limit on resident
-# programs), and the fewest tiles a split scans; splitting grids of one to two such waves (mnist,
-# landsat at k = 20) ran slower, the extra lists' insertions outweighing the fuller GPU
+# default_product_splits: programs per multiprocessor (one program of one warp per row: the
+# multiprocessor's limit on resident programs) that a row's references are split over several
+# programs to reach, as far as the split grid stays within one such wave, and the fewest tiles a
+# split scans; splitting grids of one to two such waves (mnist, landsat at k = 20) ran slower, the
+# extra lists' insertions outweighing the fuller GPU, and so did SpamBase's grid of just under one
+# wave split in two (BENCHMARKS.md, "Design measurements quoted in the code")
 SPLIT_TARGET_PROGRAMS = 32
 SPLIT_MIN_TILES = 16
 # True: grids of at least FINISH_APART_PROGRAMS programs per multiprocessor run the first pass and
@@ -282,13 +284,13 @@ def default_scan_columns(block_n: int) -> int:
 
 
 def default_product_splits(n_query: int, n_ref: int, block_m: int, block_n: int, device: torch.device) -> int:
-    """Programs per row in the first pass: one while the rows alone fill the GPU
-    (``SPLIT_TARGET_PROGRAMS`` per multiprocessor), else enough splits to fill it, each of at
-    least ``SPLIT_MIN_TILES`` tiles."""
+    """Programs per row in the first pass: as many as keep the split grid within one wave of
+    ``SPLIT_TARGET_PROGRAMS`` per multiprocessor (one where the rows alone fill more than half
+    of it), each of at least ``SPLIT_MIN_TILES`` tiles."""
     if device.type != "cuda":
         return 1
     target = _multiprocessors(device) * SPLIT_TARGET_PROGRAMS
-    return splits_to_fill(-(-n_query // block_m), target, -(-n_ref // block_n) // SPLIT_MIN_TILES)
+    return max(1, min(target // -(-n_query // block_m), -(-n_ref // block_n) // SPLIT_MIN_TILES))
 
 
 def default_finish_apart(n_query: int, block_m: int, device: torch.device) -> bool:
