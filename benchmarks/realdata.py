@@ -24,7 +24,9 @@ synchronised before and after each); the repeats stop once the timed runs add up
 ``--skip-slow-after`` seconds, a warm-up longer than ``--warmup-only-after`` is the only run
 (``gpumine_runs = 0``), and a gpumine run over ``--skip-slow-after`` skips the host column.
 Where both gpumine's and the peer's best runs are under ``--quick-below`` seconds, they then run
-``--quick-rounds`` more rounds, alternating call by call, and the best of all their runs counts:
+``--quick-rounds`` more rounds, alternating call by call, and the best of all their runs counts
+(``gpumine_runs`` and ``peer_runs`` include them; the host column and the uniform set then get as
+many more runs, so their ratios compare like with like):
 a sub-millisecond call's best of a few runs in a row moves by a third between sweeps (host
 jitter), and runs taken in turn meet the same moments of the host.
 ``--set-cap`` and ``--time-budget`` skip the remaining cases of a slow set or of the sweep
@@ -605,13 +607,15 @@ class Sweep:
             plot_speedups(self.records, self.args.plot)
 
     # -- timing ------------------------------------------------------------------------
-    def timed(self, fn, label: str, warm_up: bool = True):
+    def timed(self, fn, label: str, warm_up: bool = True, extra: int = 0):
         """(best seconds, timed runs, note, last result, seconds spent) of ``fn``, after a warm-up run.
 
-        Repeats stop once the timed runs add up to ``--skip-slow-after``; a warm-up longer than
-        ``--warmup-only-after`` is the only run (runs = 0: its time includes any first-call work).
+        Repeats (``--repeats`` and ``extra`` more) stop once the timed runs add up to
+        ``--skip-slow-after``; a warm-up longer than ``--warmup-only-after`` is the only run
+        (runs = 0: its time includes any first-call work).
         """
         slow, cap = self.args.skip_slow_after, self.args.warmup_only_after
+        repeats = self.args.repeats + extra
         start = time.perf_counter()
         out = None
         if warm_up:
@@ -620,26 +624,25 @@ class Sweep:
                 note = f"{label}: the warm-up took {t0:.1f} s > --warmup-only-after {cap:g} s: it is the only run"
                 return t0, 0, note, out, time.perf_counter() - start
         times = []
-        for _ in range(self.args.repeats):
+        for _ in range(repeats):
             out = None  # the previous result is freed before the next run allocates
             t, out = time_call(fn, self.device)
             times.append(t)
             if sum(times) >= slow:
                 break
         note = ""
-        if len(times) < self.args.repeats:
-            note = f"{label}: {len(times)} of {self.args.repeats} runs (they add up to over {slow:g} s)"
+        if len(times) < repeats:
+            note = f"{label}: {len(times)} of {repeats} runs (they add up to over {slow:g} s)"
         return min(times), len(times), note, out, time.perf_counter() - start
 
-    def alternate(self, first, second, best_first: float, best_second: float) -> tuple[float, float, int]:
+    def alternate(self, first, second, best_first: float, best_second: float) -> tuple[float, float, int, float]:
         """Best seconds of ``first`` and ``second`` after ``--quick-rounds`` more rounds of one call
-        each, in turn (their results are dropped), and the rounds run."""
+        each, in turn (each result freed before the next call), the rounds run and the seconds spent."""
+        start = time.perf_counter()
         for _ in range(self.args.quick_rounds):
-            t, _ = time_call(first, self.device)
-            best_first = min(best_first, t)
-            t, _ = time_call(second, self.device)
-            best_second = min(best_second, t)
-        return best_first, best_second, self.args.quick_rounds
+            best_first = min(best_first, time_call(first, self.device)[0])
+            best_second = min(best_second, time_call(second, self.device)[0])
+        return best_first, best_second, self.args.quick_rounds, time.perf_counter() - start
 
     def warm_up(self) -> None:
         """One small search of each kind first, so imports and kernel builds land in no set's warm-up."""
@@ -789,10 +792,13 @@ class Sweep:
             rec["peer_error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
         # quick calls: more runs, taken in turn (see the module docstring)
-        if rec["peer_s"] is not None and max(seconds, rec["peer_s"]) < self.args.quick_below and runs > 0:
-            seconds, p_seconds, rounds = self.alternate(gm, peer, seconds, rec["peer_s"])
+        quick = 0
+        if (rec["peer_s"] is not None and max(seconds, rec["peer_s"]) < self.args.quick_below and runs > 0
+                and rec.get("peer_runs", 0) > 0):
+            seconds, p_seconds, quick, spent = self.alternate(gm, peer, seconds, rec["peer_s"])
+            ctx["gpumine_spent"] += spent
             rec.update(gpumine_s=seconds, peer_s=p_seconds, speedup=p_seconds / seconds if seconds > 0 else None,
-                       quick_rounds=rounds)
+                       gpumine_runs=runs + quick, peer_runs=rec["peer_runs"] + quick, quick_rounds=quick)
 
         # exactness
         self._check(ctx, case, rec, g_out, p_out)
@@ -803,7 +809,7 @@ class Sweep:
                 notes.append("host column skipped: the device run was over --skip-slow-after")
             else:
                 # the device runs have warmed gpumine up; the host path adds copies only
-                h_seconds, h_runs, h_note, h_out, spent = self.timed(host, "gpumine host", warm_up=False)
+                h_seconds, h_runs, h_note, h_out, spent = self.timed(host, "gpumine host", warm_up=False, extra=quick)
                 ctx["gpumine_spent"] += spent
                 rec.update(gpumine_host_s=h_seconds,
                            host_speedup=rec["peer_s"] / h_seconds if rec["peer_s"] and h_seconds > 0 else None)
@@ -817,7 +823,7 @@ class Sweep:
         if case == "knn20" and self.args.uniform:
             U = uniform_like(ctx["n"], ctx["d"], seed=0)
             Ud = torch.from_numpy(U).to(dev) if self.on_gpu else U
-            u_seconds, u_runs, u_note, u_out, spent = self.timed(partial(_gpumine_knn, Ud, 20, dev), "uniform")
+            u_seconds, u_runs, u_note, u_out, spent = self.timed(partial(_gpumine_knn, Ud, 20, dev), "uniform", extra=quick)
             ctx["gpumine_spent"] += spent
             del u_out, Ud
             rec.update(uniform_gpumine_s=u_seconds, ratio_to_uniform=seconds / u_seconds if u_seconds > 0 else None)

@@ -67,6 +67,7 @@ def test_every_set_and_case_is_recorded_and_exact(sweep):
         assert r["gpumine_s"] > 0 and r["peer_s"] > 0
         assert r["speedup"] == pytest.approx(r["peer_s"] / r["gpumine_s"])
         assert r["quick_rounds"] == 2  # every case is under --quick-below here
+        assert r["gpumine_runs"] == 1 + 2 and r["peer_runs"] == 1 + 2
         if r["case"] != "lof":
             assert r["mismatched_rows"] == 0, r
             assert r["exact_rows_checked"] > 0
@@ -153,11 +154,11 @@ def test_quick_cases_alternate_and_keep_the_best():
     def second():
         calls.append("b")
 
-    best_a, best_b, rounds = sweep.alternate(first, second, 10.0, 20.0)
-    assert rounds == 4 and calls == ["a", "b"] * 4
+    best_a, best_b, rounds, spent = sweep.alternate(first, second, 10.0, 20.0)
+    assert rounds == 4 and calls == ["a", "b"] * 4 and 0 < spent < 10.0
     # the earlier best is kept where no new run beats it, and replaced where one does
     assert best_a < 10.0 and best_b < 20.0
-    best_a, best_b, _ = sweep.alternate(first, second, 0.0, 0.0)
+    best_a, best_b, _, _ = sweep.alternate(first, second, 0.0, 0.0)
     assert (best_a, best_b) == (0.0, 0.0)
 
 
@@ -166,3 +167,16 @@ def test_negative_quick_rounds_is_a_usage_error(capsys):
         realdata.main(["--device", "cpu", "--quick-rounds", "-1"])
     assert exc.value.code == 2
     assert "--quick-rounds" in capsys.readouterr().err
+
+
+def test_no_quick_rounds_where_a_warm_up_was_the_only_run(tmp_path):
+    data = tmp_path / "adbench"
+    _write_sets(data)
+    out = tmp_path / "res.json"
+    argv = ["--data", str(data), "--sets", "1_gauss", "--cases", "knn5", "--device", "cpu", "--repeats", "1",
+            "--sample", "20", "--quick-below", "60", "--quick-rounds", "2", "--warmup-only-after", "1e-9",
+            "--no-uniform", "--out", str(out)]
+    with _one_thread():
+        assert realdata.main(argv) == 0
+    (record,) = json.loads(out.read_text())
+    assert record["gpumine_runs"] == 0 and "quick_rounds" not in record

@@ -517,7 +517,7 @@ def _direct_products_search(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metri
     kth = np.partition(A, K - 1, axis=1)[:, K - 1]
     rows, cols = _nonzero(A <= (kth + 2.0 * E)[:, None])
     S = _exact_pairs(metric, Qu, U, _feature_major(metric, U), rows, cols, budget_bytes)
-    if len(rows) == n_q * K:  # K pairs in every row (no ties at the bound), their columns ascending
+    if len(rows) == n_q * K:  # exactly K pairs in every row (at least K each), their columns ascending
         order = np.argsort(S.reshape(n_q, K), axis=1, kind="stable")
         return np.take_along_axis(S.reshape(n_q, K), order, 1), np.take_along_axis(cols.reshape(n_q, K), order, 1)
     order = np.lexsort((cols, S, rows))  # by row, then (exact score, index)
