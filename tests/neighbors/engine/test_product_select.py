@@ -43,6 +43,7 @@ def test_launch_shape_by_rows_and_references(monkeypatch):
     assert kernel.default_product_splits(4_207, 4_207, 1, 128, gpu) == 1  # rows fill over half a wave
     assert kernel.default_product_splits(2_112, 100_000, 1, 128, gpu) == 2
     assert kernel.default_product_splits(2_113, 100_000, 1, 128, gpu) == 1
+    assert kernel.default_product_splits(0, 100_000, 1, 128, gpu) == 1
     assert kernel.default_product_splits(1_966, 1_966, 1, 128, gpu) == 1
     assert kernel.default_product_splits(2_000, 100_000, 1, 128, cpu) == 1
     assert not kernel.default_finish_apart(41_188, 1, cpu)

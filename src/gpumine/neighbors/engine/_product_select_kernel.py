@@ -287,7 +287,7 @@ def default_product_splits(n_query: int, n_ref: int, block_m: int, block_n: int,
     """Programs per row in the first pass: as many as keep the split grid within one wave of
     ``SPLIT_TARGET_PROGRAMS`` per multiprocessor (one where the rows alone fill more than half
     of it), each of at least ``SPLIT_MIN_TILES`` tiles."""
-    if device.type != "cuda":
+    if device.type != "cuda" or n_query == 0:
         return 1
     target = _multiprocessors(device) * SPLIT_TARGET_PROGRAMS
     return max(1, min(target // -(-n_query // block_m), -(-n_ref // block_n) // SPLIT_MIN_TILES))
