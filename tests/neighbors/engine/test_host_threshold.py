@@ -71,6 +71,27 @@ def test_cpu_search_takes_it_for_small_lists_and_gives_the_oracle(dtype, kind):
             assert stats["selection"] == ("threshold" if k + 1 <= THRESHOLD_MAX_K else "gemm")
 
 
+def test_it_runs_with_torchs_threads_and_the_blocks_with_one(monkeypatch):
+    import contextlib
+
+    import gpumine.neighbors.engine._host as host
+
+    entered = []
+
+    @contextlib.contextmanager
+    def one_thread():
+        entered.append(True)
+        yield
+
+    monkeypatch.setattr(host, "_one_torch_thread", one_thread)
+    X = torch.from_numpy(_data("random", 351, 32, seed=7))
+    stats = {}
+    cpu_search(X, X, 5, get_metric("euclidean"), exclude_self=True, budget_bytes=1 << 26, stats=stats)
+    assert stats["selection"] == "threshold" and not entered  # one block: torch keeps its threads
+    cpu_search(X, X, 20, get_metric("euclidean"), exclude_self=True, budget_bytes=1 << 26, stats=stats)
+    assert stats["selection"] == "gemm" and entered  # the row blocks split over the threads themselves
+
+
 def test_larger_searches_and_other_metrics_go_elsewhere():
     cosine, l2 = get_metric("cosine"), get_metric("euclidean")
     assert host_threshold.threshold_search_applies(l2, 1000, 1000, 6)

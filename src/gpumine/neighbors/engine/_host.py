@@ -81,6 +81,8 @@ scores, the selection under the tie rule and the direct small search
 
 from __future__ import annotations
 
+import contextlib
+
 import time
 
 import numpy as np
@@ -179,13 +181,15 @@ def cpu_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *
         scores, index = _direct_search(U, Qu, K, metric, budget_bytes)
     else:
         workers = max(1, torch.get_num_threads())
-        with _one_torch_thread():  # the blocks are split over `workers` threads here instead
+        # a search on the products first tries the threshold pass: one block, so torch keeps its
+        # threads there (run with one thread, as the blocks below are, it was slower)
+        found = _threshold_first(U, Qu, K, metric, refs, budget_bytes) if path == "gemm" else None
+        with contextlib.nullcontext() if found is not None else _one_torch_thread():  # the blocks split over `workers` threads
             built = None
             if path == "probe":
                 path, built = _probe(U, Qu, K, metric)
-            found = None
-            if path == "gemm" and refs.identity and threshold_search_applies(metric, Qu.shape[0], U.shape[0], K):
-                found = threshold_search(U, Qu, K, metric, budget_bytes)  # None: ties too wide, left to the blocks
+                if path == "gemm":
+                    found = _threshold_first(U, Qu, K, metric, refs, budget_bytes)
             if found is not None:
                 path = "threshold"
                 scores, index = found
@@ -201,6 +205,13 @@ def cpu_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *
                      **counters)
     # the rounding to float32 in NumPy: a torch conversion of this size would split over threads
     return torch.from_numpy(scores.astype(_NUMPY_DTYPE[ref.dtype], copy=False)), torch.from_numpy(index)
+
+
+def _threshold_first(U, Qu, K, metric, refs, budget_bytes):
+    """:func:`threshold_search` where it applies (every reference row its own), else None (as when it declines)."""
+    if refs.identity and threshold_search_applies(metric, Qu.shape[0], U.shape[0], K):
+        return threshold_search(U, Qu, K, metric, budget_bytes)  # None: ties too wide, left to the blocks
+    return None
 
 
 def _choose_path(metric: Metric, d: int, n_query: int) -> str | None:
