@@ -82,7 +82,6 @@ scores, the selection under the tie rule and the direct small search
 from __future__ import annotations
 
 import contextlib
-
 import time
 
 import numpy as np
@@ -184,7 +183,8 @@ def cpu_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *
         # a search on the products first tries the threshold pass: one block, so torch keeps its
         # threads there (run with one thread, as the blocks below are, it was slower)
         found = _threshold_first(U, Qu, K, metric, refs, budget_bytes) if path == "gemm" else None
-        with contextlib.nullcontext() if found is not None else _one_torch_thread():  # the blocks split over `workers` threads
+        # the row blocks below split over `workers` threads themselves, one torch thread each
+        with contextlib.nullcontext() if found is not None else _one_torch_thread():
             built = None
             if path == "probe":
                 path, built = _probe(U, Qu, K, metric)
