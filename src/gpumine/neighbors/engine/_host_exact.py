@@ -517,13 +517,37 @@ def _direct_products_search(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metri
     kth = np.partition(A, K - 1, axis=1)[:, K - 1]
     rows, cols = _nonzero(A <= (kth + 2.0 * E)[:, None])
     S = _exact_pairs(metric, Qu, U, _feature_major(metric, U), rows, cols, budget_bytes)
-    if len(rows) == n_q * K:  # exactly K pairs in every row (at least K each), their columns ascending
-        order = np.argsort(S.reshape(n_q, K), axis=1, kind="stable")
-        return np.take_along_axis(S.reshape(n_q, K), order, 1), np.take_along_axis(cols.reshape(n_q, K), order, 1)
-    order = np.lexsort((cols, S, rows))  # by row, then (exact score, index)
-    counts = np.bincount(rows, minlength=n_q)
-    take = order[((np.cumsum(counts) - counts)[:, None] + np.arange(K)).reshape(-1)]
-    return S[take].reshape(n_q, K), cols[take].reshape(n_q, K)
+    return _first_of_rows(S, cols, np.bincount(rows, minlength=n_q), K)
+
+
+def _first_of_rows(S: np.ndarray, cols: np.ndarray, counts: np.ndarray, K: int):
+    """The first ``K`` pairs of each row by (score, column): pairs listed row by row, a row's columns
+    ascending, row i holding ``counts[i] >= K`` of them. Returns (rows, K) scores and columns.
+
+    The rows are padded to the longest (+inf, after a row's own pairs) and sorted stably
+    by score: equal scores keep their columns' ascending order. Rows of K pairs each
+    (no ties at a bound) need no padding.
+    """
+    n, width = counts.size, int(counts.max(initial=K))
+    if S.size == n * width:
+        S, cols = S.reshape(n, width), cols.reshape(n, width)
+    else:
+        where = _padded_positions(counts, width)
+        padded = np.full(n * width, np.inf)
+        padded[where] = S
+        S = padded.reshape(n, width)
+        padded = np.zeros(n * width, dtype=cols.dtype)
+        padded[where] = cols
+        cols = padded.reshape(n, width)
+    order = np.argsort(S, axis=1, kind="stable")[:, :K]
+    return np.take_along_axis(S, order, 1), np.take_along_axis(cols, order, 1)
+
+
+def _padded_positions(counts: np.ndarray, width: int) -> np.ndarray:
+    """``row * width + rank`` of each of ``counts.sum()`` entries listed row by row (row i holding ``counts[i]``):
+    their places in a (rows, width) array, each row's entries first, in their order."""
+    starts = np.cumsum(counts) - counts
+    return np.arange(int(counts.sum())) + np.repeat(np.arange(0, counts.size * width, width) - starts, counts)
 
 
 def _nonzero(mask: np.ndarray):

@@ -18,7 +18,7 @@ import torch
 
 from ...core.distance import Metric
 from ._host_exact import (_by_width, _exact_dense, _exact_pairs, _feature_major, _first_columns, _kth_scores, _nonzero,
-                          _Results, _row_counts, _rows_per_block, _scan)
+                          _padded_positions, _Results, _row_counts, _rows_per_block, _scan)
 from ._host_threads import _PARALLEL_MIN_GEMM, _run_blocks, _split, _thread_pool
 
 _U32 = 2.0**-24
@@ -290,13 +290,6 @@ def _smallest(A: torch.Tensor, c: int, levels: int):
         V[heavy, :c], C[heavy, :c] = _first_columns(X[heavy], c)
     order = np.argsort(V, axis=1)
     return np.take_along_axis(V, order, 1), np.take_along_axis(C, order, 1), kept
-
-
-def _padded_positions(counts: np.ndarray, width: int) -> np.ndarray:
-    """``row * width + rank`` of each of ``counts.sum()`` entries listed row by row (row i holding ``counts[i]``):
-    their places in a (rows, width) array, each row's entries first, in their order."""
-    starts = np.cumsum(counts) - counts
-    return np.arange(int(counts.sum())) + np.repeat(np.arange(0, counts.size * width, width) - starts, counts)
 
 
 def _smallest_by_groups(A: torch.Tensor, c: int, levels: int):

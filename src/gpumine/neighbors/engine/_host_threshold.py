@@ -33,8 +33,8 @@ import numpy as np
 import torch
 
 from ...core.distance import Metric
-from ._host_exact import _exact_dense, _feature_major
-from ._host_gemm import _GROUP, _padded_positions, _Products
+from ._host_exact import _exact_dense, _feature_major, _first_of_rows, _padded_positions
+from ._host_gemm import _GROUP, _Products
 
 # At most this many (query, padded reference) pairs: the float32 score matrix (4 MiB, kept per thread) and the
 # passes over it stay in the cache; larger searches run in row blocks (_host_gemm). Measured
@@ -115,6 +115,5 @@ def threshold_search(U: np.ndarray, Qu: np.ndarray, K: int, metric: Metric, budg
     idx = idx.reshape(n_q, width)
     S = _exact_dense(metric, Qu, U, _feature_major(metric, U), idx, budget_bytes)
     if flat.size < n_q * width:
-        S[np.arange(width) >= counts[:, None]] = np.inf
-    order = np.argsort(S, axis=1, kind="stable")[:, :K]  # stable: equal scores keep the columns' ascending order
-    return np.take_along_axis(S, order, 1), np.take_along_axis(idx, order, 1)
+        S[np.arange(width) >= counts[:, None]] = np.inf  # the padding, after each row's own pairs
+    return _first_of_rows(S, idx, counts, K)
