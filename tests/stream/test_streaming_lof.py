@@ -257,6 +257,57 @@ def test_multiword_row_keys_group_like_unique_rows():
         assert torch.equal(members, members.sort().values)
 
 
+@pytest.mark.parametrize("n_features, bins_per_dim", [(2, 12), (1, 4), (25, 10), (40, 3)])
+@pytest.mark.parametrize("min_count, max_bins", [(0.2, 30), (0.0, None), (0.0, 7)])
+def test_padded_merge_equals_the_unpadded_one(n_features, bins_per_dim, min_count, max_bins):
+    # padding rows (the graph replay's fixed shapes) must change nothing: same keys, bit-identical
+    # counts and means, same remap count, from the first window (no bins yet) on
+    rng = np.random.default_rng(n_features)
+    windows = [np.concatenate([rng.normal(0, 1, (90, n_features)) + 1.5 * t, rng.normal(-4, 0.3, (30, n_features))])
+               for t in range(6)]
+    windows.append(windows[-1][:10])  # a short window: most bins absent, so they decay
+    plain, padded = BinnedSummary(n_features, bins_per_dim, CPU), BinnedSummary(n_features, bins_per_dim, CPU)
+    for X in windows:
+        X = torch.as_tensor(X)
+        plain.update(X, decay=0.5, sparse_ratio=0.3, min_count=min_count, max_bins=max_bins)
+        padded.update(X, decay=0.5, sparse_ratio=0.3, min_count=min_count, max_bins=max_bins, pad_to=len(plain) + 17)
+        assert torch.equal(padded.keys, plain.keys)
+        assert torch.equal(padded.counts, plain.counts) and torch.equal(padded.means, plain.means)
+        assert padded.n_remaps == plain.n_remaps
+    assert plain.n_remaps > 0
+
+
+def test_graph_replay_runs_eagerly_off_cuda():
+    from gpumine.utils._graph_replay import GraphReplay
+
+    calls = []
+
+    def double(x, *, scale):
+        calls.append(x.shape)
+        return (x * scale,)
+
+    replay = GraphReplay(double)
+    for _ in range(3):
+        (out,) = replay(torch.arange(4.0), scale=2.0)
+        assert out.tolist() == [0.0, 2.0, 4.0, 6.0]
+    assert len(calls) == 3 and replay.n_captures == 0 and replay.n_replays == 0
+
+
+def test_graph_replay_holds_a_bound_method_weakly():
+    import gc
+    import weakref
+
+    s = BinnedSummary(2, 4, CPU)
+    s.update(torch.zeros(3, 2), decay=0.5)
+    alive = weakref.ref(s)
+    replay = s._merge
+    del s
+    gc.collect()
+    assert alive() is None  # no cycle keeps the summary (and on CUDA its graphs) alive
+    with pytest.raises(RuntimeError, match="no longer exists"):
+        replay(torch.zeros(1))
+
+
 def test_summary_and_threshold_wait_for_the_device_once_per_window():
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -490,6 +541,58 @@ def test_gpu_window_synchronises_with_the_host_a_few_times():
     syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
     # input check 1, kNN engine 3, k-distance zero count 1, kept bins 1 (was about 25)
     assert len(syncs) <= 8, [f"{w.filename}:{w.lineno}" for w in syncs]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_features", [2, 10, 30])
+def test_gpu_summary_replayed_as_a_graph_equals_eager(n_features):
+    # the summary's merge replays as a CUDA graph once its (padded) shapes repeat; the scores,
+    # flags and bins must be those of the eager run bit for bit
+    skip_if_no_cuda("cuda")
+    import gpumine.utils._graph_replay as replay
+
+    rng = np.random.default_rng(n_features)
+    drift = np.linspace(0.0, 4.0, 12 * 1500)[:, None] / np.sqrt(n_features)
+    X = torch.as_tensor(rng.normal(size=(12 * 1500, n_features)) + drift, dtype=torch.float32, device="cuda")
+    runs = []
+    for on in (False, True):
+        replay.GRAPH_REPLAY = on
+        try:
+            det = StreamingLOF(20, 1500, max_bins=300, device="cuda", threshold="quantile:0.95")
+            out = [det.process(X[i : i + 1500]) for i in range(0, X.shape[0], 1500)]
+        finally:
+            replay.GRAPH_REPLAY = True
+        runs.append((det, torch.cat([o[0] for o in out]), torch.cat([o[1] for o in out])))
+    (eager, s0, f0), (graphed, s1, f1) = runs
+    assert graphed.summary_._merge.n_replays >= 8, graphed.summary_._merge.last_error
+    assert torch.equal(s1, s0) and torch.equal(f1, f0)
+    assert torch.equal(graphed.summary_.keys, eager.summary_.keys)
+    assert torch.equal(graphed.summary_.counts, eager.summary_.counts)
+    assert torch.equal(graphed.summary_.means, eager.summary_.means)
+
+
+@pytest.mark.gpu
+def test_gpu_graph_replay_equals_eager_and_refuses_a_host_wait():
+    skip_if_no_cuda("cuda")
+    from gpumine.utils._graph_replay import GraphReplay
+
+    def chain(x, y, *, k):
+        z = torch.sort(x * y + 1.0, stable=True).values
+        return z[:k].cumsum(0), (z > 0).sum()
+
+    replay = GraphReplay(chain)
+    x = torch.randn(1000, device="cuda")
+    for i in range(5):
+        y = torch.randn(1000, device="cuda")
+        got = replay(x, y, k=7)
+        want = chain(x, y, k=7)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert replay.n_captures == 1 and replay.n_replays == 4
+
+    waits = GraphReplay(lambda x: (x[x > 0],))  # a data-dependent shape waits for the device
+    for _ in range(3):
+        assert torch.equal(waits(x)[0], x[x > 0])
+    assert waits.n_replays == 0 and waits.last_error
 
 
 @pytest.mark.gpu

@@ -34,15 +34,27 @@ The update waits for the device once, to learn how many bins are kept; the
 "did the range widen" test, the decay and the pruning stay on the device.
 When the range widens, old bins that come to share a bin are decayed one by
 one and then added (rather than added, then decayed): equal up to rounding.
+
+Everything before that wait is one function of tensors with no host wait, so
+on CUDA it replays as one CUDA graph (:mod:`gpumine.utils._graph_replay`)
+instead of about a hundred launches that cost the host more than the GPU. For
+its shapes to repeat while the number of bins varies, the old bins enter it
+padded to ``max_bins`` rows: rows with a key above every code, count 0 and
+mean 0, which form the last group and are never kept. The summary is the same
+with or without padding, bit for bit.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..utils._graph_replay import GraphReplay
+
 __all__ = ["BinnedSummary"]
 
 _MAX_CODE = 2**62
+# the sort key of padding rows: above every word of a code (codes and words stay below _MAX_CODE)
+_PADDING_KEY = 2**63 - 1
 
 
 def _sorted_groups(words: torch.Tensor):
@@ -111,6 +123,7 @@ class BinnedSummary:
         else:
             self._radix = self.bins_per_dim ** torch.arange(self.n_features, dtype=torch.int64, device=device)
         self._n_remaps = torch.zeros((), dtype=torch.int64, device=device)
+        self._merge: GraphReplay | None = None
 
     def __len__(self) -> int:
         return self.counts.shape[0]
@@ -128,15 +141,21 @@ class BinnedSummary:
     # -- codes -------------------------------------------------------------------
     def intervals(self, X: torch.Tensor) -> torch.Tensor:
         """Interval number 0..bins_per_dim-1 of every coordinate (int64), under the current range."""
-        span = self.hi - self.lo
-        spread = span > 0
-        # a dimension without spread (so far) is all in interval 0
-        unit = (X.to(torch.float64) - self.lo) / torch.where(spread, span, 1.0) * spread
-        return torch.floor(unit * self.bins_per_dim).clamp_(0, self.bins_per_dim - 1).to(torch.int64)
+        return self._intervals_in(X, self.lo, self.hi)
 
     def codes(self, X: torch.Tensor) -> torch.Tensor:
         """Bin keys of the rows of ``X``: mixed-radix int64 codes, or interval rows when those overflow."""
-        intervals = self.intervals(X)
+        return self._codes_in(X, self.lo, self.hi)
+
+    def _intervals_in(self, X: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+        span = hi - lo
+        spread = span > 0
+        # a dimension without spread (so far) is all in interval 0
+        unit = (X.to(torch.float64) - lo) / torch.where(spread, span, 1.0) * spread
+        return torch.floor(unit * self.bins_per_dim).clamp_(0, self.bins_per_dim - 1).to(torch.int64)
+
+    def _codes_in(self, X: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+        intervals = self._intervals_in(X, lo, hi)
         if self.row_keys:
             return intervals
         return (intervals * self._radix).sum(1)
@@ -160,29 +179,74 @@ class BinnedSummary:
         sparse_ratio: float = 0.1,
         min_count: float = 0.0,
         max_bins: int | None = None,
+        pad_to: int | None = None,
     ) -> None:
-        """Add a window ``X`` (on the summary's device) to the summary; see the module docstring."""
+        """Add a window ``X`` (on the summary's device) to the summary; see the module docstring.
+
+        ``pad_to``: the old bins enter the merge padded to this many rows (inert rows that sort
+        last and are never kept), so that its shapes repeat while the number of bins varies and
+        the merge replays as one graph; the summary is the same with and without. On CUDA it
+        defaults to ``max_bins``.
+        """
         if X.shape[0] == 0:
             return
+        if self._merge is None:
+            # on CUDA the merge's hundred small launches replay as one graph once a shape repeats
+            self._merge = GraphReplay(self._merged_groups)
+        m = len(self)
+        if pad_to is None and X.device.type == "cuda":
+            pad_to = max_bins
+        means, counts, keys = self.means, self.counts, self.keys
+        if pad_to is not None and pad_to > m:
+            pad = pad_to - m
+            means = torch.cat([means, means.new_zeros((pad, self.n_features))])
+            counts = torch.cat([counts, counts.new_zeros(pad)])
+            keys = torch.cat([keys, keys.new_zeros((pad,) + tuple(keys.shape[1:]))])
+        n_valid = torch.full((), m, dtype=torch.int64, device=self.device)
+        lo, hi, n_remaps, all_keys, order, segment, counts, totals, keep = self._merge(
+            means, counts, keys, n_valid, self.lo, self.hi, self._n_remaps, X,
+            decay=float(decay), sparse_ratio=float(sparse_ratio), min_count=float(min_count), max_bins=max_bins)
+        # a replayed graph's outputs are overwritten by its next replay: keep copies or gathers only
+        self.lo, self.hi, self._n_remaps = lo.clone(), hi.clone(), n_remaps.clone()
+        kept = keep.nonzero().squeeze(1)  # the one wait for the device
+        # a group's key is the key of its first sorted row (segment ids ascend)
+        self.keys = all_keys[order[torch.searchsorted(segment, kept)]]
+        self.counts = counts[kept]
+        self.means = totals[kept] / self.counts[:, None]
+
+    def _merged_groups(self, means, old_counts, old_keys, n_valid, old_lo, old_hi, n_remaps, X, *, decay: float,
+                       sparse_ratio: float, min_count: float, max_bins: int | None):
+        """Steps 1-5 of the update up to the kept-bins mask, with no host wait (so it can be captured).
+
+        The first ``n_valid`` (a device scalar) of the ``m`` old rows are bins; the rest are padding,
+        given a key above every code so that they form the last group, with count 0, never kept.
+        Returns ``(lo, hi, n_remaps, all_keys, order, segment, counts, totals, keep)``: the widened
+        range, the remap counter, the keys of the old rows and the window's points (in that order),
+        their stable key order and group numbers, each group's count and coordinate sums, and which
+        groups are kept.
+        """
         Xd = X.to(self.device, torch.float64)
         w, d = Xd.shape
-        m = len(self)
+        m = old_counts.shape[0]
         # 1. widen the range; the old bins' keys are their means' codes under the new range
         #    where it widened (decided on the device: no host round trip)
         low, high = torch.aminmax(Xd, dim=0)
-        lo, hi = torch.minimum(self.lo, low), torch.maximum(self.hi, high)
-        changed = ((lo != self.lo) | (hi != self.hi)).any()
-        self.lo, self.hi = lo, hi
+        lo, hi = torch.minimum(old_lo, low), torch.maximum(old_hi, high)
+        changed = ((lo != old_lo) | (hi != old_hi)).any()
         if m:
-            all_keys = self.codes(torch.cat([self.means, Xd]))
-            old_keys = torch.where(changed, all_keys[:m], self.keys)
-            all_keys = torch.cat([old_keys, all_keys[m:]])
-            self._n_remaps += changed
+            all_keys = self._codes_in(torch.cat([means, Xd]), lo, hi)
+            all_keys = torch.cat([torch.where(changed, all_keys[:m], old_keys), all_keys[m:]])
+            n_remaps = n_remaps + (changed & (n_valid > 0))
         else:
-            all_keys = self.codes(Xd)
+            all_keys = self._codes_in(Xd, lo, hi)
         # 2. group old bins and window points by key (old bins first within a group)
         n = m + w
-        order, segment = _sorted_groups(self._words(all_keys))
+        words = self._words(all_keys)
+        if m:
+            padding = torch.arange(n, device=self.device) >= n_valid
+            padding[m:] = False
+            words = torch.where(padding[:, None], _PADDING_KEY, words)
+        order, segment = _sorted_groups(words)
         ones = torch.ones(n, dtype=torch.int64, device=self.device)
         lengths = torch.zeros(n, dtype=torch.int64, device=self.device).index_add_(0, segment, ones)
         rows = torch.zeros((n, 2 * d + 1), dtype=torch.float64, device=self.device)
@@ -195,30 +259,27 @@ class BinnedSummary:
             c = (lengths - n_old).to(torch.float64)  # window points per group (exact)
             mean_c = c.sum() / (c > 0).sum()  # mean count of the window's non-empty bins
             sparse = c[old_group] < sparse_ratio * mean_c
-            faded = torch.where(sparse, self.counts * decay, self.counts)
-            rows[:m, d : 2 * d] = self.means * faded[:, None]
+            faded = torch.where(sparse, old_counts * decay, old_counts)
+            rows[:m, d : 2 * d] = means * faded[:, None]
             rows[:m, 2 * d] = faded
+            # the padding's group (the last one, when there is padding) is not a bin
+            last = segment[-1] - (n_valid < m).to(torch.int64)
         else:
             c = lengths.to(torch.float64)
+            last = segment[-1]
         # 4. per-group sums of the key-sorted rows: [window sums | old weighted sums | old counts]
         sums = torch.segment_reduce(rows[order], "sum", lengths=lengths, axis=0, unsafe=True)
         counts = c + sums[:, 2 * d]
         totals = sums[:, :d] + sums[:, d : 2 * d]
-        # 5. bound memory: groups past the last one are empty; min_count; the max_bins largest counts
-        keep = torch.arange(n, device=self.device) <= segment[-1]
+        # 5. bound memory: groups past the last bin are empty or padding; min_count; the max_bins largest counts
+        keep = torch.arange(n, device=self.device) <= last
         if min_count > 0:
             keep &= counts >= min_count
         if max_bins is not None and max_bins < n:
             # a stable sort keeps the lower key first among equal counts
             ranked = torch.sort(torch.where(keep, counts, -1.0), descending=True, stable=True).indices
-            chosen = torch.zeros_like(keep)
-            chosen[ranked[:max_bins]] = True
-            keep &= chosen
-        kept = keep.nonzero().squeeze(1)  # the one wait for the device
-        # a group's key is the key of its first sorted row (segment ids ascend)
-        self.keys = all_keys[order[torch.searchsorted(segment, kept)]]
-        self.counts = counts[kept]
-        self.means = totals[kept] / self.counts[:, None]
+            keep &= torch.zeros_like(keep).index_fill_(0, ranked[:max_bins], True)
+        return lo, hi, n_remaps, all_keys, order, segment, counts, totals, keep
 
     # -- state -------------------------------------------------------------------------
     def state_dict(self) -> dict:
