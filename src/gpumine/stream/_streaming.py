@@ -86,6 +86,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..utils._graph_replay import GraphReplay
 from ..utils._validation import check_array, output_kind, to_output
 from ..config import resolve_backend, resolve_device, working_memory_bytes
 from ..core.distance import get_metric
@@ -172,6 +173,7 @@ class _WindowedLOF(abc.ABC):
         # (NaN: no finite lrd yet) so that setting it does not wait for the device
         self._lrd_ref: torch.Tensor | None = None
         self._lrd_ref_finite = False  # known (on the host) to hold a finite value
+        self._tail: GraphReplay | None = None  # the window's scoring after its kNN, replayed on CUDA
 
     # -- parameters and subclass hooks ---------------------------------------------------
     def _params(self) -> dict:
@@ -198,8 +200,9 @@ class _WindowedLOF(abc.ABC):
     def _reference_points(self) -> torch.Tensor:
         """Points standing for the past, (m, d) on the device, in the detector's dtype."""
 
-    def _reference_lrd(self, natural_lrd: torch.Tensor) -> torch.Tensor:
-        """lrd of the reference points given their lrd computed as real points."""
+    def _reference_lrd(self, natural_lrd: torch.Tensor, lrd_ref: torch.Tensor, counts: torch.Tensor | None,
+                       ref_finite: bool) -> torch.Tensor:
+        """lrd of the reference points given their lrd computed as real points (no host wait)."""
         return natural_lrd
 
     @abc.abstractmethod
@@ -285,31 +288,63 @@ class _WindowedLOF(abc.ABC):
                           budget_bytes=self._budget, result_device=self.device_, verbose=0, backend=backend,
                           as_distance=True)
 
-    def _fit_reference(self, R: torch.Tensor, n_real: int, window: bool = False):
-        """LOF quantities of the set R whose first ``n_real`` rows are real points.
-
-        Returns ``(fit, lrd)`` where ``lrd`` has the reference rows' synthetic lrd,
-        or None when R has fewer than 2 points. ``window``: the real rows are a
-        window being processed (not a novelty reference).
-        """
-        k = min(self.n_neighbors, R.shape[0] - 1)
-        if k < 1:
-            return None
+    def _neighbourhoods(self, R: torch.Tensor, k: int):
+        """``(dist, index, kdist, n_zero)``: all-kNN of R (each point excluded from its own list), its
+        k-distances and how many of them were 0."""
         dist, index = self._knn(R, R, k, exclude_self=True)
-        dist = dist.to(torch.float64)
         kdist, n_zero = k_distances(dist, R, self._metric, duplicates=self.duplicates, device=self.device_,
                                     budget_bytes=self._budget)
         if n_zero:
             self._note_duplicates(n_zero)
+        return dist, index, kdist, n_zero
+
+    def _densities(self, dist, index, kdist, counts, lrd_ref, *, n_real: int, update_ref: bool, ref_finite: bool):
+        """``(natural, lrd, lrd_ref)`` of the set whose first ``n_real`` rows are real points (no host wait).
+
+        ``natural``: every row's lrd as a real point; ``lrd``: the same with the reference rows'
+        synthetic lrd (:meth:`_reference_lrd`, from the virtual points' ``counts``); ``lrd_ref``: the
+        median lrd of the real points where ``update_ref`` and one is finite, else the one given.
+        """
         natural = local_reachability_density(dist, index, kdist, duplicates=self.duplicates)
-        if window and n_real > self.n_neighbors:
+        if update_ref:
             median = _finite_median(natural[:n_real])  # NaN when no lrd is finite: keep the last one
-            self._lrd_ref = median if self._lrd_ref is None else torch.where(torch.isnan(median), self._lrd_ref, median)
+            lrd_ref = torch.where(torch.isnan(median), lrd_ref, median)
         lrd = natural
-        if R.shape[0] > n_real:
-            lrd = torch.cat([natural[:n_real], self._reference_lrd(natural[n_real:])])
-        fit = LOFFit(dist, index, kdist, natural, torch.empty(0), n_zero, self.duplicates)
+        if dist.shape[0] > n_real:
+            lrd = torch.cat([natural[:n_real], self._reference_lrd(natural[n_real:], lrd_ref, counts, ref_finite)])
+        return natural, lrd, lrd_ref
+
+    def _fit_reference(self, R: torch.Tensor, n_real: int):
+        """LOF quantities of the novelty reference R whose first ``n_real`` rows are real points.
+
+        Returns ``(fit, lrd)`` where ``lrd`` has the reference rows' synthetic lrd,
+        or None when R has fewer than 2 points.
+        """
+        k = min(self.n_neighbors, R.shape[0] - 1)
+        if k < 1:
+            return None
+        dist, index, kdist, n_zero = self._neighbourhoods(R, k)
+        natural, lrd, _ = self._densities(dist, index, kdist, self._virtual_counts(), self._known_lrd_ref(),
+                                          n_real=n_real, update_ref=False, ref_finite=self._ref_finite())
+        fit = LOFFit(dist.to(torch.float64), index, kdist, natural, torch.empty(0), n_zero, self.duplicates)
         return fit, lrd
+
+    def _known_lrd_ref(self) -> torch.Tensor:
+        """The median lrd of the last window as a 0-d tensor (NaN: none yet)."""
+        if self._lrd_ref is None:
+            return torch.full((), float("nan"), dtype=torch.float64, device=self.device_)
+        return self._lrd_ref
+
+    def _ref_finite(self) -> bool:
+        """Whether the median lrd is known to be finite (asked of the device until it is: once finite
+        it stays finite, since a NaN median keeps the last value)."""
+        if not self._lrd_ref_finite and self._lrd_ref is not None and self._virtual_counts() is not None:
+            self._lrd_ref_finite = bool(torch.isfinite(self._lrd_ref))
+        return self._lrd_ref_finite
+
+    def _virtual_counts(self) -> torch.Tensor | None:
+        """The counts behind the reference points' synthetic lrd (None: the reference points are real)."""
+        return None
 
     def _note_duplicates(self, n_zero: int) -> None:
         self.n_duplicate_points_ += n_zero
@@ -322,17 +357,6 @@ class _WindowedLOF(abc.ABC):
                 "in n_duplicate_points_.",
                 DuplicatesWarning, stacklevel=4,
             )
-
-    def _score_window(self, X: torch.Tensor) -> torch.Tensor:
-        """LOF (float64) of the window's rows, scored with the reference set."""
-        V = self._reference_points()
-        R = torch.cat([X, V]) if V.shape[0] else X
-        fitted = self._fit_reference(R, X.shape[0], window=True)
-        if fitted is None:
-            return torch.ones(X.shape[0], dtype=torch.float64, device=self.device_)
-        fit, lrd = fitted
-        w = X.shape[0]
-        return local_outlier_factor(lrd[:w], fit.indices[:w], lrd)
 
     def process(self, window):
         """Score one window with the past, update the threshold and the past; return ``(scores, flags)``.
@@ -360,9 +384,7 @@ class _WindowedLOF(abc.ABC):
         return to_output(lof.to(self.dtype_), kind), to_output(flags, kind)
 
     def _process(self, X: torch.Tensor):
-        lof = self._score_window(X)
-        self._threshold.update(lof)
-        flags = self._threshold.flags(lof)
+        lof, flags = self._score_window(X)
         self._learn_window(X)
         self._remember(X)
         self.n_windows_ += 1
@@ -370,6 +392,47 @@ class _WindowedLOF(abc.ABC):
         self._cache = None
         self.last_scores_, self.last_flags_ = lof, flags
         return lof, flags
+
+    def _score_window(self, X: torch.Tensor):
+        """LOF (float64) of the window's rows scored with the reference set, and their flags after the
+        threshold's update."""
+        V = self._reference_points()
+        R = torch.cat([X, V]) if V.shape[0] else X
+        k = min(self.n_neighbors, R.shape[0] - 1)
+        threshold = self._threshold
+        if k < 1:
+            lof = torch.ones(X.shape[0], dtype=torch.float64, device=self.device_)
+            threshold.update(lof)
+            return lof, threshold.flags(lof)
+        dist, index, kdist, _ = self._neighbourhoods(R, k)
+        if self._tail is None:
+            # on CUDA the sixty-odd small launches from the densities to the flags replay as one graph
+            self._tail = GraphReplay(self._window_tail)
+        w = X.shape[0]
+        lof, flags, lrd_ref, count, total, hist = self._tail(
+            dist, index, kdist, self._virtual_counts(), self._known_lrd_ref(), threshold.count, threshold.total,
+            threshold.hist, w=w, update_ref=w > self.n_neighbors, ref_finite=self._ref_finite())
+        if self._tail.replayed:  # a replay's outputs are overwritten by the next one
+            lof, flags, lrd_ref, count, total = lof.clone(), flags.clone(), lrd_ref.clone(), count.clone(), total.clone()
+            hist = None if hist is None else hist.clone()
+        if w > self.n_neighbors:
+            self._lrd_ref = lrd_ref
+        threshold.count, threshold.total, threshold.hist = count, total, hist
+        return lof, flags
+
+    def _window_tail(self, dist, index, kdist, counts, lrd_ref, count, total, hist, *, w: int, update_ref: bool,
+                     ref_finite: bool):
+        """From a window's neighbourhoods to its LOF and flags, with no host wait (so it can be captured).
+
+        Returns ``(lof, flags, lrd_ref, count, total, hist)``: the window's LOF (float64), its flags
+        under the updated threshold, the new median lrd and the threshold's new statistics.
+        """
+        _, lrd, lrd_ref = self._densities(dist, index, kdist, counts, lrd_ref, n_real=w, update_ref=update_ref,
+                                          ref_finite=ref_finite)
+        lof = local_outlier_factor(lrd[:w], index[:w], lrd)
+        count, total, hist = self._threshold.advanced(lof, count, total, hist)
+        flags = lof > self._threshold.cut(count, total, hist)
+        return lof, flags, lrd_ref, count, total, hist
 
     def _remember(self, X: torch.Tensor) -> None:
         """Keep the last ``_recent_size()`` processed points (a copy: the caller's tensor may change)."""
@@ -637,16 +700,16 @@ class StreamingLOF(_WindowedLOF):
             return torch.empty((0, d), dtype=self.dtype_ or torch.float32, device=self.device_)
         return self.summary_.means.to(self.dtype_)
 
-    def _reference_lrd(self, natural_lrd: torch.Tensor) -> torch.Tensor:
-        if self._lrd_ref is not None and not self._lrd_ref_finite:
-            # once finite it stays finite (a NaN median keeps the last value): asked once per stream
-            self._lrd_ref_finite = bool(torch.isfinite(self._lrd_ref))
-        if self._lrd_ref_finite:
-            lrd_ref = self._lrd_ref
-        else:  # no finite lrd of a window of real points yet: the virtual points' own median (1 if none)
-            lrd_ref = torch.nan_to_num(_finite_median(natural_lrd), nan=1.0)
-        weight = torch.log1p(self.summary_.counts)
+    def _reference_lrd(self, natural_lrd, lrd_ref, counts, ref_finite):
+        if not ref_finite:
+            # no finite lrd of a window of real points yet: the virtual points' own median (1 if none)
+            fallback = torch.nan_to_num(_finite_median(natural_lrd), nan=1.0)
+            lrd_ref = torch.where(torch.isfinite(lrd_ref), lrd_ref, fallback)
+        weight = torch.log1p(counts)
         return (self.virtual_lrd_scale * lrd_ref) * weight / weight.mean()
+
+    def _virtual_counts(self):
+        return self.summary_.counts if self.summary_ is not None and len(self.summary_) else None
 
     def _learn_window(self, X: torch.Tensor) -> None:
         if self.max_bins == 0:

@@ -86,27 +86,36 @@ class Threshold:
         return int(self.count)
 
     def update(self, lof: torch.Tensor) -> None:
+        self.count, self.total, self.hist = self.advanced(lof, self.count, self.total, self.hist)
+
+    def advanced(self, lof: torch.Tensor, count: torch.Tensor, total: torch.Tensor, hist: torch.Tensor | None):
+        """``(count, total, hist)``: the statistics ``(count, total, hist)`` after the scores ``lof`` (new tensors)."""
         lof = lof.to(torch.float64)
         finite = lof.abs() < float("inf")  # (isfinite in two kernels instead of four)
-        self.count += finite.sum()
-        self.total += torch.where(finite, lof, 0.0).sum()
-        if self.hist is not None and lof.numel():
+        count = count + finite.sum()
+        total = total + torch.where(finite, lof, 0.0).sum()
+        if hist is not None and lof.numel():
             pos = ((torch.log2(lof.clamp(min=2.0**_LOG_MIN)) - _LOG_MIN) / _WIDTH).floor().clamp_(0, _BINS - 1)
             pos = torch.where(finite, pos, 0.0).to(torch.int64)
-            self.hist.index_add_(0, pos, finite.to(torch.int64))  # integer adds: exact in any order
+            hist = hist.index_add(0, pos, finite.to(torch.int64))  # integer adds: exact in any order
+        return count, total, hist
 
     def value(self) -> torch.Tensor:
         """The current cut-off as a 0-d float64 tensor (+inf before any score for the running kinds)."""
+        return self.cut(self.count, self.total, self.hist)
+
+    def cut(self, count: torch.Tensor, total: torch.Tensor, hist: torch.Tensor | None) -> torch.Tensor:
+        """The cut-off of the statistics ``(count, total, hist)`` (see :meth:`value`)."""
         if self.kind == "fixed":
             return self._fixed
         if self.kind == "mean":
-            cut = self.total / self.count
+            cut = total / count
         else:
-            cum = torch.cumsum(self.hist, 0)
-            target = torch.ceil(self.param * self.count.to(torch.float64)).to(torch.int64).clamp(min=1)
+            cum = torch.cumsum(hist, 0)
+            target = torch.ceil(self.param * count.to(torch.float64)).to(torch.int64).clamp(min=1)
             b = torch.searchsorted(cum, target.reshape(1)).clamp(max=_BINS - 1)[0]
             cut = torch.exp2(_LOG_MIN + (b.to(torch.float64) + 1) * _WIDTH)
-        return torch.where(self.count > 0, cut, float("inf"))
+        return torch.where(count > 0, cut, float("inf"))
 
     def flags(self, lof: torch.Tensor) -> torch.Tensor:
         return lof.to(torch.float64) > self.value()

@@ -49,7 +49,8 @@ class GraphReplay:
     Parameters
     ----------
     fn : callable
-        ``fn(*tensors, **settings) -> tuple of tensors``; no host synchronisation inside.
+        ``fn(*tensors, **settings) -> tuple of tensors``; no host synchronisation inside. A
+        tensor argument may be None (it is part of the key).
     cache_size : int, default=4
         Graphs kept (least recently used dropped first).
     max_captures : int, default=16
@@ -76,6 +77,7 @@ class GraphReplay:
         self.n_captures = 0
         self.n_replays = 0
         self.last_error: str | None = None  # why the last refused capture failed
+        self.replayed = False  # whether the last call replayed a graph (its outputs are the graph's own)
         self._graphs: collections.OrderedDict = collections.OrderedDict()
         self._seen: set = set()
         self._refused: set = set()
@@ -87,10 +89,13 @@ class GraphReplay:
             raise RuntimeError("the object whose method this GraphReplay replays no longer exists")
         return fn
 
-    def __call__(self, *tensors: torch.Tensor, **settings):
-        if not (self.enabled and GRAPH_REPLAY) or not tensors or tensors[0].device.type != "cuda":
+    def __call__(self, *tensors: torch.Tensor | None, **settings):
+        self.replayed = False
+        device = next((t.device for t in tensors if t is not None), None)
+        if not (self.enabled and GRAPH_REPLAY) or device is None or device.type != "cuda":
             return self.fn(*tensors, **settings)
-        key = (tuple((tuple(t.shape), t.dtype, t.device) for t in tensors), tuple(sorted(settings.items())))
+        key = (tuple(None if t is None else (tuple(t.shape), t.dtype, t.device) for t in tensors),
+               tuple(sorted(settings.items())))
         entry = self._graphs.get(key)
         if entry is None:
             if key in self._refused or self.n_captures >= self.max_captures:
@@ -106,15 +111,17 @@ class GraphReplay:
         else:
             self._graphs.move_to_end(key)
         for buffer, value in zip(entry.inputs, tensors):
-            buffer.copy_(value)
+            if buffer is not None:
+                buffer.copy_(value)
         entry.graph.replay()
         self.n_replays += 1
+        self.replayed = True
         return entry.outputs
 
     def _capture(self, key, tensors, settings):
         self.n_captures += 1
-        device = tensors[0].device
-        inputs = [t.clone() for t in tensors]
+        device = next(t.device for t in tensors if t is not None)
+        inputs = [None if t is None else t.clone() for t in tensors]
         graph = torch.cuda.CUDAGraph()
         collecting = gc.isenabled()
         gc.disable()  # nothing may free a graph during the capture (see __init__)
