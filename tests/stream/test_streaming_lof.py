@@ -598,6 +598,18 @@ def test_gpu_graph_replay_equals_eager_and_refuses_a_host_wait():
         assert all(torch.equal(a, b) for a, b in zip(got, want))
     assert replay.n_captures == 1 and replay.n_replays == 4
 
+    import gpumine.utils._graph_replay as replay_module
+
+    capped = GraphReplay(chain)
+    limit = replay_module.GRAPH_REPLAY_MAX_INPUT_BYTES
+    replay_module.GRAPH_REPLAY_MAX_INPUT_BYTES = 4000  # two inputs of 4,000 bytes: over the cap
+    try:
+        for _ in range(3):
+            assert all(torch.equal(a, b) for a, b in zip(capped(x, y, k=7), chain(x, y, k=7)))
+    finally:
+        replay_module.GRAPH_REPLAY_MAX_INPUT_BYTES = limit
+    assert capped.n_captures == 0 and not capped.replayed
+
     waits = GraphReplay(lambda x: (x[x > 0],))  # a data-dependent shape waits for the device
     for _ in range(3):
         assert torch.equal(waits(x)[0], x[x > 0])

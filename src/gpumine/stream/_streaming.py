@@ -411,7 +411,8 @@ class _WindowedLOF(abc.ABC):
         w = X.shape[0]
         lof, flags, lrd_ref, count, total, hist = self._tail(
             dist, index, kdist, self._virtual_counts(), self._known_lrd_ref(), threshold.count, threshold.total,
-            threshold.hist, w=w, update_ref=w > self.n_neighbors, ref_finite=self._ref_finite())
+            threshold.hist, w=w, update_ref=w > self.n_neighbors, ref_finite=self._ref_finite(),
+            constants=(self.duplicates, getattr(self, "virtual_lrd_scale", None), threshold.kind, threshold.param))
         if self._tail.replayed:  # a replay's outputs are overwritten by the next one
             lof, flags, lrd_ref, count, total = lof.clone(), flags.clone(), lrd_ref.clone(), count.clone(), total.clone()
             hist = None if hist is None else hist.clone()
@@ -421,8 +422,11 @@ class _WindowedLOF(abc.ABC):
         return lof, flags
 
     def _window_tail(self, dist, index, kdist, counts, lrd_ref, count, total, hist, *, w: int, update_ref: bool,
-                     ref_finite: bool):
+                     ref_finite: bool, constants=None):
         """From a window's neighbourhoods to its LOF and flags, with no host wait (so it can be captured).
+
+        ``constants``: the parameters the function reads from the detector, only so that a graph
+        replayed for it is keyed by them too (a changed parameter captures anew).
 
         Returns ``(lof, flags, lrd_ref, count, total, hist)``: the window's LOF (float64), its flags
         under the updated threshold, the new median lrd and the threshold's new statistics.

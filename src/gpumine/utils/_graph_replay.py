@@ -34,8 +34,15 @@ __all__ = ["GraphReplay"]
 
 # False: every GraphReplay runs eagerly (same-run A/B timings)
 GRAPH_REPLAY = True
+# Calls whose tensors take more than this run eagerly: their launches are a small share of their time,
+# and a graph keeps buffers of its inputs' size and its intermediates' memory
+GRAPH_REPLAY_MAX_INPUT_BYTES = 1 << 26
 # keys remembered as seen once; past this the set restarts (forgetting only costs an eager call)
 _SEEN_MAX = 256
+
+
+def _input_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
 class _Captured:
@@ -55,7 +62,8 @@ class GraphReplay:
         Graphs kept (least recently used dropped first).
     max_captures : int, default=16
         Captures allowed over the object's life; past them, only kept graphs replay
-        (keys that change at every call then cost no capture).
+        (keys that change at every call then cost no capture). Past the first two, a capture
+        is also tried only while the graphs captured so far were replayed twice each on average.
     enabled : bool, default=True
         False: always eager (same-run A/B timings).
 
@@ -98,7 +106,8 @@ class GraphReplay:
                tuple(sorted(settings.items())))
         entry = self._graphs.get(key)
         if entry is None:
-            if key in self._refused or self.n_captures >= self.max_captures:
+            if (key in self._refused or self.n_captures >= self.max_captures or not self._captures_pay()
+                    or _input_bytes(tensors) > GRAPH_REPLAY_MAX_INPUT_BYTES):
                 return self.fn(*tensors, **settings)
             if key not in self._seen:
                 if len(self._seen) >= _SEEN_MAX:
@@ -113,10 +122,20 @@ class GraphReplay:
         for buffer, value in zip(entry.inputs, tensors):
             if buffer is not None:
                 buffer.copy_(value)
-        entry.graph.replay()
+        if device.index == torch.cuda.current_device():
+            entry.graph.replay()
+        else:
+            with torch.cuda.device(device):  # a graph replays on its own device's stream
+                entry.graph.replay()
         self.n_replays += 1
         self.replayed = True
         return entry.outputs
+
+    def _captures_pay(self) -> bool:
+        """Whether another capture is worth trying: the first two always; later ones only while the
+        graphs already captured were replayed at least twice each on average (shapes that keep
+        changing would otherwise cost a capture per shape and replay rarely)."""
+        return self.n_captures < 2 or self.n_replays - self.n_captures >= 2 * self.n_captures
 
     def _capture(self, key, tensors, settings):
         self.n_captures += 1
@@ -126,14 +145,15 @@ class GraphReplay:
         collecting = gc.isenabled()
         gc.disable()  # nothing may free a graph during the capture (see __init__)
         try:
-            # a warm-up on a side stream first, as torch.cuda.graph asks (allocator, library handles)
-            side = torch.cuda.Stream(device)
-            side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):
-                self.fn(*inputs, **settings)
-            torch.cuda.current_stream(device).wait_stream(side)
-            with torch.cuda.graph(graph):
-                outputs = self.fn(*inputs, **settings)
+            with torch.cuda.device(device):
+                # a warm-up on a side stream first, as torch.cuda.graph asks (allocator, library handles)
+                side = torch.cuda.Stream(device)
+                side.wait_stream(torch.cuda.current_stream(device))
+                with torch.cuda.stream(side):
+                    self.fn(*inputs, **settings)
+                torch.cuda.current_stream(device).wait_stream(side)
+                with torch.cuda.graph(graph):
+                    outputs = self.fn(*inputs, **settings)
         except RuntimeError as exc:
             self._refused.add(key)
             self.last_error = f"{type(exc).__name__}: {exc}"
