@@ -258,8 +258,8 @@ def test_multiword_row_keys_group_like_unique_rows():
 
 
 @pytest.mark.parametrize("n_features, bins_per_dim", [(2, 12), (1, 4), (25, 10), (40, 3)])
-@pytest.mark.parametrize("min_count, max_bins", [(0.2, 30), (0.0, None), (0.0, 7)])
-def test_padded_merge_equals_the_unpadded_one(n_features, bins_per_dim, min_count, max_bins):
+@pytest.mark.parametrize("min_count, max_bins, extra", [(0.2, 30, 17), (0.0, None, 17), (0.0, 7, 17), (0.0, 30, None)])
+def test_padded_merge_equals_the_unpadded_one(n_features, bins_per_dim, min_count, max_bins, extra):
     # padding rows (the graph replay's fixed shapes) must change nothing: same keys, bit-identical
     # counts and means, same remap count, from the first window (no bins yet) on
     rng = np.random.default_rng(n_features)
@@ -270,11 +270,30 @@ def test_padded_merge_equals_the_unpadded_one(n_features, bins_per_dim, min_coun
     for X in windows:
         X = torch.as_tensor(X)
         plain.update(X, decay=0.5, sparse_ratio=0.3, min_count=min_count, max_bins=max_bins)
-        padded.update(X, decay=0.5, sparse_ratio=0.3, min_count=min_count, max_bins=max_bins, pad_to=len(plain) + 17)
+        # extra None: padded to max_bins, as on CUDA
+        pad_to = max_bins if extra is None else len(plain) + extra
+        padded.update(X, decay=0.5, sparse_ratio=0.3, min_count=min_count, max_bins=max_bins, pad_to=pad_to)
         assert torch.equal(padded.keys, plain.keys)
         assert torch.equal(padded.counts, plain.counts) and torch.equal(padded.means, plain.means)
         assert padded.n_remaps == plain.n_remaps
     assert plain.n_remaps > 0
+
+
+@pytest.mark.parametrize("cls, kwargs", [(StreamingLOF, {"max_bins": 40}), (SlidingWindowLOF, {"history_size": 40})])
+def test_detectors_pickle_and_copy_after_windows(cls, kwargs):
+    import copy
+    import pickle
+
+    X = make_drifting_stream(900, seed=8)[0]
+    det = cls(10, 300, device="cpu", **kwargs)
+    det.process(X[:300])
+    det.process(X[300:600])
+    twins = [pickle.loads(pickle.dumps(det)), copy.deepcopy(det)]
+    a, fa = det.process(X[600:])
+    for twin in twins:
+        b, fb = twin.process(X[600:])
+        np.testing.assert_array_equal(b, a)
+        np.testing.assert_array_equal(fb, fa)
 
 
 def test_graph_replay_runs_eagerly_off_cuda():
@@ -291,6 +310,7 @@ def test_graph_replay_runs_eagerly_off_cuda():
         (out,) = replay(torch.arange(4.0), scale=2.0)
         assert out.tolist() == [0.0, 2.0, 4.0, 6.0]
     assert len(calls) == 3 and replay.n_captures == 0 and replay.n_replays == 0
+    assert not replay.may_replay(torch.device("cpu"), 0)  # so the summary is not padded off CUDA
 
 
 def test_graph_replay_holds_a_bound_method_weakly():

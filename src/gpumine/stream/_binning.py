@@ -39,8 +39,8 @@ Everything before that wait is one function of tensors with no host wait, so
 on CUDA it replays as one CUDA graph (:mod:`gpumine.utils._graph_replay`)
 instead of about a hundred launches that cost the host more than the GPU. For
 its shapes to repeat while the number of bins varies, the old bins enter it
-padded to ``max_bins`` rows: rows with a key above every code, count 0 and
-mean 0, which form the last group and are never kept. The summary is the same
+padded to ``max_bins`` rows: rows with count 0 and mean 0 that sort after every
+bin (their sort words are above every code's), form the last group and are never kept. The summary is the same
 with or without padding, bit for bit.
 """
 
@@ -125,6 +125,11 @@ class BinnedSummary:
         self._n_remaps = torch.zeros((), dtype=torch.int64, device=device)
         self._merge: GraphReplay | None = None
 
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_merge"] = None  # captured graphs do not copy or pickle; rebuilt on the next update
+        return state
+
     def __len__(self) -> int:
         return self.counts.shape[0]
 
@@ -185,8 +190,8 @@ class BinnedSummary:
 
         ``pad_to``: the old bins enter the merge padded to this many rows (inert rows that sort
         last and are never kept), so that its shapes repeat while the number of bins varies and
-        the merge replays as one graph; the summary is the same with and without. On CUDA it
-        defaults to ``max_bins``.
+        the merge replays as one graph; the summary is the same with and without. It defaults to
+        ``max_bins`` where the merge can replay as a graph (CUDA, within the replay's size cap).
         """
         if X.shape[0] == 0:
             return
@@ -194,8 +199,10 @@ class BinnedSummary:
             # on CUDA the merge's hundred small launches replay as one graph once a shape repeats
             self._merge = GraphReplay(self._merged_groups)
         m = len(self)
-        if pad_to is None and X.device.type == "cuda":
-            pad_to = max_bins
+        if pad_to is None and max_bins is not None:
+            # padding costs a merge of max_bins rows whatever the bins: only where a graph can replay it
+            padded_bytes = max_bins * (2 * self.n_features + 2) * 8 + X.numel() * X.element_size()
+            pad_to = max_bins if self._merge.may_replay(X.device, padded_bytes) else None
         means, counts, keys = self.means, self.counts, self.keys
         if pad_to is not None and pad_to > m:
             pad = pad_to - m

@@ -175,6 +175,11 @@ class _WindowedLOF(abc.ABC):
         self._lrd_ref_finite = False  # known (on the host) to hold a finite value
         self._tail: GraphReplay | None = None  # the window's scoring after its kNN, replayed on CUDA
 
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_tail"] = None  # captured graphs do not copy or pickle; rebuilt on the next window
+        return state
+
     # -- parameters and subclass hooks ---------------------------------------------------
     def _params(self) -> dict:
         return {

@@ -14,8 +14,9 @@ eagerly (it warms up allocator and libraries), the second captures a graph with
 input buffers of its own, and later calls copy their tensors into those buffers
 and replay. Off CUDA, or when a capture fails, the function runs eagerly.
 
-The tensors a replay returns are the graph's own outputs: valid until the next
-call of the same :class:`GraphReplay`. Callers take what they keep out of them
+The tensors a replay returns are the graph's own outputs (or its input buffers,
+where the function returns an input as it is): valid until the next call of the
+same :class:`GraphReplay`. Callers take what they keep out of them
 (an index or a ``clone``). Memory: each kept graph holds its buffers and its
 intermediates (at most ``cache_size`` graphs, least recently used dropped).
 """
@@ -102,7 +103,8 @@ class GraphReplay:
         device = next((t.device for t in tensors if t is not None), None)
         if not (self.enabled and GRAPH_REPLAY) or device is None or device.type != "cuda":
             return self.fn(*tensors, **settings)
-        key = (tuple(None if t is None else (tuple(t.shape), t.dtype, t.device) for t in tensors),
+        # strides too: the input buffers keep the captured layout, and a kernel's reduction order may follow it
+        key = (tuple(None if t is None else (tuple(t.shape), t.stride(), t.dtype, t.device) for t in tensors),
                tuple(sorted(settings.items())))
         entry = self._graphs.get(key)
         if entry is None:
@@ -152,7 +154,8 @@ class GraphReplay:
                 with torch.cuda.stream(side):
                     self.fn(*inputs, **settings)
                 torch.cuda.current_stream(device).wait_stream(side)
-                with torch.cuda.graph(graph):
+                # thread-local: another thread's work on the device (the CLI's warm-up) may go on
+                with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                     outputs = self.fn(*inputs, **settings)
         except RuntimeError as exc:
             self._refused.add(key)
@@ -167,8 +170,14 @@ class GraphReplay:
             self._graphs.popitem(last=False)
         return entry
 
+    def may_replay(self, device: torch.device, n_bytes: int) -> bool:
+        """Whether calls on ``device`` whose tensors take ``n_bytes`` can replay a graph at all (callers
+        that shape their inputs for a graph do so only then)."""
+        return self.enabled and GRAPH_REPLAY and device.type == "cuda" and n_bytes <= GRAPH_REPLAY_MAX_INPUT_BYTES
+
     def clear(self) -> None:
-        """Free the kept graphs (and their buffers); later calls capture anew."""
+        """Free the kept graphs (and their buffers) and reset the counters; later calls capture anew."""
         self._graphs.clear()
         self._seen.clear()
         self._refused.clear()
+        self.n_captures = self.n_replays = 0
