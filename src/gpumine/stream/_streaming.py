@@ -24,6 +24,11 @@ Per window W with reference points V (all on the device):
 5. threshold (:mod:`gpumine.stream._threshold`) and flags;
 6. the past is updated with the window (summary update / history append).
 
+A window of a few thousand points makes a hundred or more small launches after
+its kNN search, which cost the host more than the GPU: on CUDA, steps 2-5 and
+the summary's merge each replay as one CUDA graph once their shapes repeat
+(:mod:`gpumine.utils._graph_replay`), with the same results bit for bit.
+
 Synthetic lrd of a virtual point: the seed's Eq. 4 is ``alpha * log C``,
 which is 0 for a bin of one point, negative once decay takes a count below
 1, and has no length unit while lrd is 1/length. gpumine uses::
