@@ -526,7 +526,8 @@ def _first_of_rows(S: np.ndarray, cols: np.ndarray, counts: np.ndarray, K: int):
 
     The rows are padded to the longest (+inf, after a row's own pairs) and sorted stably
     by score: equal scores keep their columns' ascending order. Rows of K pairs each
-    (no ties at a bound) need no padding.
+    (no ties at a bound) need no padding, nor do ``S``/``cols`` given as (rows, longest
+    row) arrays already padded that way (as :func:`._host_threshold.threshold_search` does).
     """
     n, width = counts.size, int(counts.max(initial=K))
     if S.size == n * width:
