@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gpumine.neighbors import kneighbors
-from gpumine.neighbors.engine import _exact_select
+from gpumine.neighbors.engine import _small_search, clear_search_graphs
 from knn_oracle import brute_force_knn
 
 pytestmark = pytest.mark.gpu
@@ -25,15 +25,16 @@ def _needs_cuda():
 
 @pytest.fixture
 def launches(monkeypatch):
-    """Counts the checked one-launch searches."""
+    """Counts the checked one-launch searches (launched eagerly: a replayed graph calls nothing)."""
     calls = []
-    original = _exact_select.exact_select_checked
+    original = _small_search.exact_select_checked
 
     def counted(*args, **kwargs):
         calls.append(args[0].shape)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(_exact_select, "exact_select_checked", counted)
+    monkeypatch.setattr(_small_search, "exact_select_checked", counted)
+    monkeypatch.setattr(_small_search, "SMALL_GRAPHS", False)
     return calls
 
 
@@ -143,3 +144,69 @@ def test_tiny_searches_past_32_features_take_the_one_launch_path(shape, launches
     launches.clear()
     kneighbors(torch.from_numpy(np.tile(X, (1, 4))[:, :129]).cuda(), k=5)
     assert not launches  # past the kernel's features
+
+
+def _replays():
+    return _small_search._graphs_of(torch.device("cuda")).replay
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean"])
+@pytest.mark.parametrize("case", ["self", "queries", "k = 1", "k = n - 1", "duplicate blocks"])
+def test_a_repeated_search_replays_a_graph_with_the_launchs_results(case, metric, monkeypatch):
+    """Each call brings new data of one shape: the replay must copy it in and give the eager launch's results."""
+    clear_search_graphs()
+    n, d, k = {"k = 1": (257, 5, 1), "k = n - 1": (40, 3, 39)}.get(case, (613, 7, 20))
+    kind = "duplicate blocks" if case == "duplicate blocks" else "integer grid"
+    replays_before = _replays().n_replays
+    for seed in range(5):
+        X = torch.from_numpy(_data(kind, n, d, seed=seed) + np.float32(0.5) * _data("float", n, d, seed=seed + 9)).cuda()
+        Q = None if case != "queries" else X[::3].contiguous() + 0.25
+        got = kneighbors(X, Q, k=k, metric=metric)
+        monkeypatch.setattr(_small_search, "SMALL_GRAPHS", False)
+        want = kneighbors(X, Q, k=k, metric=metric)
+        monkeypatch.setattr(_small_search, "SMALL_GRAPHS", True)
+        graph_outputs = {t.data_ptr() for entry in _replays()._graphs.values() for t in entry.outputs}
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)
+            assert a.data_ptr() not in graph_outputs  # the caller's own copy
+    assert _replays().n_replays - replays_before == 4  # the first call runs eagerly, the second captures and replays
+
+
+def test_non_finite_data_on_a_replayed_shape_is_refused_by_name():
+    clear_search_graphs()
+    X = np.random.default_rng(6).standard_normal((300, 6)).astype(np.float32)
+    for _ in range(3):
+        kneighbors(torch.from_numpy(X).cuda(), k=4)
+    before = _replays().n_replays
+    X[17, 2] = np.nan
+    with pytest.raises(ValueError, match="X_ref"):
+        kneighbors(torch.from_numpy(X).cuda(), k=4)
+    assert _replays().n_replays == before + 1  # the graph's extremes found it
+
+
+def test_threads_searching_one_shape_get_their_own_results():
+    from concurrent.futures import ThreadPoolExecutor
+
+    clear_search_graphs()
+    data = [torch.from_numpy(_data("integer grid", 500, 6, seed=s)).cuda() for s in range(8)]
+    want = [kneighbors(X.cpu().numpy(), k=9, device="cpu") for X in data]
+
+    def search(i):
+        return [kneighbors(data[i], k=9) for _ in range(6)]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(search, range(8)))
+    for (d_want, i_want), runs in zip(want, results):
+        for d_got, i_got in runs:
+            np.testing.assert_array_equal(i_got.cpu().numpy(), i_want)
+            np.testing.assert_array_equal(d_got.cpu().numpy(), d_want)
+    assert _replays().n_replays > 0
+
+
+def test_clear_search_graphs_frees_the_small_searches_graphs():
+    X = torch.from_numpy(_data("float", 400, 5)).cuda()
+    for _ in range(3):
+        kneighbors(X, k=5)
+    assert _replays()._graphs
+    clear_search_graphs()
+    assert not _replays()._graphs and _replays().n_replays == 0

@@ -22,7 +22,8 @@ torch twins):
   float64 re-score of the candidates and a radius pass for rows with ties.
 * ``_exact_select`` / ``_exact_select_kernel``: L2 searches at few features
   on a GPU, float64 scores selected in one launch (no certificate): small
-  searches (checked and run in one launch, :func:`search_small`), mid-size ones
+  searches (``_small_search``: checked and run in one launch,
+  :func:`search_small`, replayed as a CUDA graph when repeated), mid-size ones
   and large tie-heavy ones.
 * ``_product_select`` / ``_product_select_kernel``: L2 searches past 32
   features on a GPU, one product and one or two selection launches per query
@@ -45,7 +46,6 @@ torch twins):
 """
 
 from ._dense import ReferenceMemo
-from ._exact_select import search_small
 from ._exact_tile_kernel import exact_tile_available, scores_within, scores_within_torch
 from ._fused_tuning import tuning
 from ._graphs import clear_search_graphs, search_with_graph
@@ -55,8 +55,9 @@ from ._summary_kernel import data_summary
 from ._plan import SearchPlan, choose_backend, fused_unsupported, plan_search
 from ._routes import search_validated
 from ._search import knn_search
+from ._small_search import clear_small_graphs, search_small
 
 __all__ = ["knn_search", "SearchPlan", "plan_search", "choose_backend", "fused_unsupported", "search_with_graph",
            "clear_search_graphs", "finite_magnitudes", "smallest_nonzero_magnitude", "data_summary", "tuning", "scores_within", "scores_within_torch",
            "exact_tile_available", "summarise_on_device", "gather_facts", "facts_of", "assumptions_held",
-           "search_small", "search_validated", "ReferenceMemo"]
+           "search_small", "clear_small_graphs", "search_validated", "ReferenceMemo"]

@@ -5,7 +5,8 @@ exact products, an L2 metric, few enough features and a small enough k) and
 pays (:func:`exact_select_preferred`), a search that would run dense needs no candidate margin, certificate or radius pass: the kernel
 (:mod:`._exact_select_kernel`) scores every pair exactly as the engine's float64
 re-score does and keeps the k best by (score, index). Its work is one float64
-score per (query, reference) pair, whatever ties the data has.
+score per (query, reference) pair, whatever ties the data has. Small searches run it through
+:mod:`._small_search` (checked and launched once, replayed as a graph when repeated).
 """
 
 from __future__ import annotations
@@ -13,13 +14,11 @@ from __future__ import annotations
 import torch
 
 from ...core.distance import Metric
-from ...core.tiles import copy_to_device, fits_on_device, same_device
+from ...core.tiles import copy_to_device, same_device
 from ._curve import _CurveOrder
-from ._exact_select_kernel import (EXACT_SELECT_MAX_FEATURES, EXACT_SELECT_MAX_K, exact_select,
-                                   exact_select_available, exact_select_checked, placed_supported)
-from ._magnitude import arithmetic
+from ._exact_select_kernel import EXACT_SELECT_MAX_FEATURES, EXACT_SELECT_MAX_K, exact_select, exact_select_available
 
-__all__ = ["feature_major", "exact_select_supports", "exact_select_applies", "exact_select_preferred", "exact_select_first", "exact_select_search", "search_small", "EXACT_SELECT", "EXACT_SELECT_CURVE", "EXACT_SELECT_MIN_PAIRS", "EXACT_SELECT_CURVE_MIN_PAIRS",
+__all__ = ["feature_major", "exact_select_supports", "exact_select_applies", "exact_select_preferred", "exact_select_first", "exact_select_search", "EXACT_SELECT", "EXACT_SELECT_CURVE", "EXACT_SELECT_MIN_PAIRS", "EXACT_SELECT_CURVE_MIN_PAIRS",
            "EXACT_SELECT_PREFERRED_FEATURES", "EXACT_SELECT_FIRST_PAIRS", "EXACT_SELECT_FIRST_FEATURES",
            "EXACT_SELECT_MANY_PAIRS", "EXACT_SELECT_MANY_MIN_QUERIES", "EXACT_SELECT_TINY_TERMS", "exact_select_tiny"]
 
@@ -52,12 +51,6 @@ EXACT_SELECT_MANY_MIN_QUERIES = 4096
 # product, a selection and their operands' preparation (~30 launches), which set the time of a
 # search this small (WPBC's all-kNN, 198 x 33 features; BENCHMARKS.md)
 EXACT_SELECT_TINY_TERMS = 1 << 24
-# search_small keeps each query's references in one program (its lists are written in order): it
-# takes searches of at least SMALL_MIN_QUERIES queries, or of at most SMALL_MAX_UNSPLIT_REFERENCES
-# references; fewer queries over more references leave most of the GPU idle unsplit
-SMALL_MIN_QUERIES = 256
-SMALL_MAX_UNSPLIT_REFERENCES = 8192
-SMALL_MAX_ROWS = 1 << 24
 
 
 def feature_major(ref: torch.Tensor, query: torch.Tensor, device: torch.device | None = None):
@@ -96,7 +89,7 @@ def exact_select_tiny(n_query: int, n_ref: int, d: int) -> bool:
 
 
 def _exact_select_small(n_query: int, n_ref: int, d: int) -> bool:
-    """The small shapes :func:`exact_select_first` takes (and :func:`search_small` runs): few pairs at few
+    """The small shapes :func:`exact_select_first` takes (and :func:`~._small_search.search_small` runs): few pairs at few
     features, or tiny at up to the kernel's features."""
     return (n_query * n_ref <= EXACT_SELECT_FIRST_PAIRS and d <= EXACT_SELECT_FIRST_FEATURES) or exact_select_tiny(n_query, n_ref, d)
 
@@ -157,67 +150,3 @@ def exact_select_search(ref: torch.Tensor, query: torch.Tensor, k: int, metric: 
     if stats is not None:
         stats.update(selection="exact_select", query_rows=rows, scores_exact=True, tile_dtype="float64")
     return keys_out, index_out
-
-
-def search_small(ref: torch.Tensor, query: torch.Tensor, k: int, metric: Metric, *, exclude_self: bool, device: torch.device,
-                 backend: str, precision: str, as_distance: bool = True):
-    """A small search checked and run in one launch: ``(distances, indices, finite)`` on ``device``, or None.
-
-    For ``kneighbors`` on a GPU, where a small search's time is its launches
-    and host waits: the kernel (:func:`exact_select_checked`) also reads the
-    data's extremes, so the validation's own pass and host wait go away; its one
-    host wait reads them. ``finite`` False: the data holds NaN or infinity (the
-    caller raises; the results mean nothing). None where the search is not small
-    (see :func:`exact_select_first`; every query block in one program, the
-    references unsplit), or where the data's magnitudes ask for the engine's
-    range widening or scaling (``._magnitude``) and the results could differ
-    from that path's (float64 scores outside float32's normal range).
-    ``ref``/``query``: float32, on ``device`` or in host memory; ``query is ref``
-    when ``exclude_self``. Distances (``as_distance=False``: scores) as the
-    engine reports them, bit for bit.
-    """
-    n_query, n_ref = query.shape[0], ref.shape[0]
-    d = ref.shape[1]
-    # small: exact_select_first's small shapes (every query block in one program)
-    if not (ref.dtype == query.dtype == torch.float32 and n_query and n_ref > k - 1 + exclude_self
-            and _exact_select_small(n_query, n_ref, d)
-            and exact_select_supports(metric, torch.float32, d, k, device, backend, precision) and placed_supported(k, d)):
-        return None
-    if max(n_query, n_ref) > SMALL_MAX_ROWS:
-        return None  # the kernel's extremes pass and offsets count rows in 32 bits
-    if n_query < SMALL_MIN_QUERIES and n_ref > SMALL_MAX_UNSPLIT_REFERENCES:
-        return None  # few queries, many references: the references split over programs (exact_select_search)
-    for X in (ref, query):
-        if not same_device(X.device, device) and not fits_on_device(2 * X.numel() * X.element_size(), device):
-            return None
-    RT, QT = feature_major(ref, query, device)
-    scores, index, extremes = exact_select_checked(QT, RT, k, metric.name, exclude_self=exclude_self, as_distance=as_distance)
-    found = extremes.cpu().numpy()  # the one host wait
-    if found[:, 0].any():
-        return scores, index, False
-    dtype, scale = arithmetic(torch.float32, float(found[:, 1].max()), float(found[:, 2].min()))
-    if dtype != torch.float32 or (scale is not None and not _unscaled_equal(scores, index, QT, RT,
-                                                                             as_distance and metric.name == "euclidean")):
-        return None
-    return scores, index, True
-
-
-# Outputs at least this far above zero (a distance, or a squared one) come from float64 scores in
-# float32's normal range, where rounding to float32 and the IEEE square root commute with a
-# power-of-two scale: the engine's range scaling (._magnitude) would report the same values.
-_UNSCALED_DISTANCE_FLOOR = 2.0**-62
-_UNSCALED_SCORE_FLOOR = 2.0**-124
-
-
-def _unscaled_equal(scores: torch.Tensor, index: torch.Tensor, QT: torch.Tensor, RT: torch.Tensor, as_distance: bool) -> bool:
-    """Whether float32 results of unscaled data equal those of the engine's scaled search (one host wait).
-
-    Scaling by a power of two is exact in float64 and, for values in float32's
-    normal range, in the rounding to float32 and the square root too: every
-    result must be finite and far enough from float32's subnormals, or zero for
-    an exact duplicate (a nonzero score too small for float32 also rounds to
-    zero). ``QT``/``RT``: the queries and references, feature-major.
-    """
-    floor = _UNSCALED_DISTANCE_FLOOR if as_distance else _UNSCALED_SCORE_FLOOR
-    duplicate = (RT[:, index.clamp_min(0)] == QT[:, :, None]).all(0)
-    return bool(((torch.isfinite(scores) & (scores >= floor)) | ((scores == 0) & duplicate)).all())

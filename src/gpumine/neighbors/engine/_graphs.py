@@ -44,6 +44,7 @@ from . import _dense
 from ._dense import (DenseReferences, candidates_for, dense_by_size, dense_eligible, integer_centre_kind, integer_centre_on_device,
                      tile_dtype_for)
 from ._exact_select import exact_select_first, exact_select_supports
+from ._small_search import clear_small_graphs
 from ._product_select import (FLOAT32_PROBE_MAX_OPEN, float32_products, gather_layout, probes_float32, product_block_rows,
                               product_select_first, product_select_supports, select_blocks)
 from ._summary_kernel import data_summary
@@ -479,7 +480,8 @@ def _forget(key) -> None:
 
 
 def clear_search_graphs() -> None:
-    """Free every captured search graph (and its buffers); later searches capture anew."""
+    """Free every captured search graph (and its buffers), the small searches' too; later searches capture anew."""
+    clear_small_graphs()
     with _lock:
         _graphs.clear()
         _seen.clear()

@@ -3,7 +3,7 @@
 :func:`knn_search` plans a search from scratch: it reads the data's magnitudes, asks the device
 for free memory and chooses a path, several host waits in all. For small searches on a GPU
 those waits are most of the time, and ``kneighbors`` skips them: a small search is checked and
-run in one launch (:func:`~._exact_select.search_small`), a repeated one replays a captured
+run in one launch (:func:`~._small_search.search_small`), a repeated one replays a captured
 graph (:mod:`._graphs`). Estimators, outlier detectors and streams search data they have
 already validated, so :func:`search_validated` gives them the same routes, with results equal
 bit for bit to :func:`knn_search`'s.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ...core.distance import Metric
-from ._exact_select import search_small
+from ._small_search import search_small
 from ._graphs import search_with_graph
 from ._search import knn_search
 
