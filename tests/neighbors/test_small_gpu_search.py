@@ -150,9 +150,21 @@ def _replays():
     return _small_search._graphs_of(torch.device("cuda")).replay
 
 
+@pytest.fixture
+def small_route_only(monkeypatch):
+    """Fails a call that leaves the one-launch path (a replay's results must not be set aside)."""
+    from gpumine.neighbors import _api
+
+    def elsewhere(*args, **kwargs):
+        raise AssertionError("the search left the one-launch path")
+
+    monkeypatch.setattr(_api, "_search", elsewhere)
+    monkeypatch.setattr(_api, "search_with_graph", elsewhere)
+
+
 @pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean"])
-@pytest.mark.parametrize("case", ["self", "queries", "k = 1", "k = n - 1", "duplicate blocks"])
-def test_a_repeated_search_replays_a_graph_with_the_launchs_results(case, metric, monkeypatch):
+@pytest.mark.parametrize("case", ["self", "queries", "k = 1", "k = n - 1", "duplicate blocks", "column-major"])
+def test_a_repeated_search_replays_a_graph_with_the_launchs_results(case, metric, monkeypatch, small_route_only):
     """Each call brings new data of one shape: the replay must copy it in and give the eager launch's results."""
     clear_search_graphs()
     n, d, k = {"k = 1": (257, 5, 1), "k = n - 1": (40, 3, 39)}.get(case, (613, 7, 20))
@@ -160,6 +172,8 @@ def test_a_repeated_search_replays_a_graph_with_the_launchs_results(case, metric
     replays_before = _replays().n_replays
     for seed in range(5):
         X = torch.from_numpy(_data(kind, n, d, seed=seed) + np.float32(0.5) * _data("float", n, d, seed=seed + 9)).cuda()
+        if case == "column-major":
+            X = X.T.contiguous().T
         Q = None if case != "queries" else X[::3].contiguous() + 0.25
         got = kneighbors(X, Q, k=k, metric=metric)
         monkeypatch.setattr(_small_search, "SMALL_GRAPHS", False)
@@ -204,9 +218,68 @@ def test_threads_searching_one_shape_get_their_own_results():
 
 
 def test_clear_search_graphs_frees_the_small_searches_graphs():
+    clear_search_graphs()
     X = torch.from_numpy(_data("float", 400, 5)).cuda()
     for _ in range(3):
         kneighbors(X, k=5)
     assert _replays()._graphs
     clear_search_graphs()
     assert not _replays()._graphs and _replays().n_replays == 0
+
+
+def test_self_search_same_tensor_as_queries_and_a_copy_keep_their_own_graphs(request):
+    """``kneighbors(X)`` excludes each row; ``kneighbors(X, X)`` and ``kneighbors(X, X.clone())`` do not, and the
+    first passes one operand: three keys, each replayed with its own results."""
+    clear_search_graphs()
+    X = torch.from_numpy(_data("integer grid", 300, 4, seed=3)).cuda()
+    host = X.cpu().numpy()
+    want = {"self": kneighbors(host, k=6, device="cpu"), "same": kneighbors(host, host, k=6, device="cpu")}
+    request.getfixturevalue("small_route_only")  # the CPU path above runs the eager search
+    for _ in range(4):
+        for form, got in (("self", kneighbors(X, k=6)), ("same", kneighbors(X, X, k=6)),
+                          ("same", kneighbors(X, X.clone(), k=6))):
+            np.testing.assert_array_equal(got[1].cpu().numpy(), want[form][1])
+            np.testing.assert_array_equal(got[0].cpu().numpy(), want[form][0])
+    assert _replays().n_captures == 3
+
+
+def test_cycling_through_more_shapes_than_kept_captures_each_once():
+    clear_search_graphs()
+    shapes = [(300 + 20 * i, 5) for i in range(_small_search.SMALL_GRAPH_CACHE_SIZE + 2)]
+    data = {shape: torch.from_numpy(_data("float", *shape, seed=shape[0])).cuda() for shape in shapes}
+    want = {shape: kneighbors(X.cpu().numpy(), k=4, device="cpu") for shape, X in data.items()}
+    for _ in range(5):
+        for shape, X in data.items():
+            d_got, i_got = kneighbors(X, k=4)
+            np.testing.assert_array_equal(i_got.cpu().numpy(), want[shape][1])
+            np.testing.assert_array_equal(d_got.cpu().numpy(), want[shape][0])
+    assert _replays().n_captures <= len(shapes)  # a dropped shape runs eagerly, it is not captured again
+
+
+def test_validated_scores_replay_like_the_eager_launch(monkeypatch):
+    from gpumine.core.distance import get_metric
+    from gpumine.neighbors.engine import search_validated
+
+    clear_search_graphs()
+    X = torch.from_numpy(_data("clusters far from the origin", 500, 6)).cuda()
+    metric = get_metric("euclidean", None)
+    kwargs = dict(exclude_self=True, device=X.device, budget_bytes=1 << 28, result_device=X.device, backend="auto",
+                  as_distance=False)
+    monkeypatch.setattr(_small_search, "SMALL_GRAPHS", False)
+    want = search_validated(X, X, 7, metric, **kwargs)
+    monkeypatch.setattr(_small_search, "SMALL_GRAPHS", True)
+    for _ in range(4):
+        stats = {}
+        got = search_validated(X, X, 7, metric, stats=stats, **kwargs)
+        assert stats["route"] == "small"
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert _replays().n_replays == 3
+
+
+def test_a_graph_larger_than_the_cap_launches_eagerly(monkeypatch):
+    clear_search_graphs()
+    monkeypatch.setattr(_small_search, "SMALL_GRAPH_MAX_BYTES", 1 << 14)
+    X = torch.from_numpy(_data("float", 400, 5)).cuda()  # 16 KB of operands, twice, over the cap
+    for _ in range(4):
+        kneighbors(X, k=5)
+    assert _replays().n_captures == 0

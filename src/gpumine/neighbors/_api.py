@@ -198,7 +198,10 @@ def kneighbors(
     On a GPU, a small L2 search (float32, up to 32 features, ``k`` up to 64, up
     to 2^26 query-reference pairs) scores every pair in float64 and selects in
     one kernel launch that also checks the data for NaN and infinity; its work
-    is set by the shape, whatever ties or duplicates the data has. Other searches that
+    is set by the shape, whatever ties or duplicates the data has. With the data
+    on the GPU, a shape met again replays that launch as a CUDA graph (the
+    launch's host work was as long as the kernel on the smallest sets; same
+    results). Other searches that
     run the fused kernel in one launch (float32, up to
     128 MiB of operands) are captured as a CUDA graph the second time their shape
     is met, and later calls of that shape replay it: one launch and one host
@@ -252,8 +255,9 @@ def kneighbors(
     out_device = result_device(kind, dev)
     found = None
     if on_gpu:
-        # small searches check the data and search in one launch, and repeated ones of other kinds
-        # replay a captured graph (see gpumine.neighbors.engine._exact_select and ._graphs)
+        # small searches check the data and search in one launch (a repeated one replays it as a graph),
+        # and repeated ones of other kinds replay a captured graph (see gpumine.neighbors.engine._small_search
+        # and ._graphs)
         found = _search_small(ref, query, k, metric_obj, exclude_self, dev, backend, precision, out_device)
     if on_gpu and found is None:
         found = search_with_graph(ref, query, k, metric_obj, exclude_self=exclude_self, device=dev, working_memory=working_memory,

@@ -67,6 +67,10 @@ class GraphReplay:
         is also tried only while the graphs captured so far were replayed twice each on average.
     enabled : bool, default=True
         False: always eager (same-run A/B timings).
+    recapture : bool, default=True
+        False: a key whose graph was dropped (least recently used) runs eagerly from then
+        on. Each capture synchronises the device and empties torch's allocator cache, so
+        callers that may cycle through more keys than ``cache_size`` turn it off.
 
     Examples
     --------
@@ -75,7 +79,8 @@ class GraphReplay:
     [0.0, 2.0, 4.0]
     """
 
-    def __init__(self, fn: Callable, *, cache_size: int = 4, max_captures: int = 16, enabled: bool = True):
+    def __init__(self, fn: Callable, *, cache_size: int = 4, max_captures: int = 16, enabled: bool = True,
+                 recapture: bool = True):
         # a bound method is held weakly: its object usually holds this replay, and a cycle would leave
         # the graphs to the cyclic collector, which may free them while another graph is being captured
         self._method = weakref.WeakMethod(fn) if inspect.ismethod(fn) else None
@@ -83,6 +88,7 @@ class GraphReplay:
         self.cache_size = int(cache_size)
         self.max_captures = int(max_captures)
         self.enabled = bool(enabled)
+        self.recapture = bool(recapture)
         self.n_captures = 0
         self.n_replays = 0
         self.last_error: str | None = None  # why the last refused capture failed
@@ -90,6 +96,7 @@ class GraphReplay:
         self._graphs: collections.OrderedDict = collections.OrderedDict()
         self._seen: set = set()
         self._refused: set = set()
+        self._dropped: set = set()  # keys whose graphs were dropped (kept only without recapture)
 
     @property
     def fn(self) -> Callable:
@@ -108,8 +115,8 @@ class GraphReplay:
                tuple(sorted(settings.items())))
         entry = self._graphs.get(key)
         if entry is None:
-            if (key in self._refused or self.n_captures >= self.max_captures or not self._captures_pay()
-                    or _input_bytes(tensors) > GRAPH_REPLAY_MAX_INPUT_BYTES):
+            if (key in self._refused or key in self._dropped or self.n_captures >= self.max_captures
+                    or not self._captures_pay() or _input_bytes(tensors) > GRAPH_REPLAY_MAX_INPUT_BYTES):
                 return self.fn(*tensors, **settings)
             if key not in self._seen:
                 if len(self._seen) >= _SEEN_MAX:
@@ -167,7 +174,11 @@ class GraphReplay:
         entry = _Captured(graph, inputs, tuple(outputs))
         self._graphs[key] = entry
         while len(self._graphs) > self.cache_size:
-            self._graphs.popitem(last=False)
+            dropped, _ = self._graphs.popitem(last=False)
+            if not self.recapture:
+                if len(self._dropped) >= _SEEN_MAX:
+                    self._dropped.clear()
+                self._dropped.add(dropped)
         return entry
 
     def may_replay(self, device: torch.device, n_bytes: int) -> bool:
@@ -180,4 +191,5 @@ class GraphReplay:
         self._graphs.clear()
         self._seen.clear()
         self._refused.clear()
+        self._dropped.clear()
         self.n_captures = self.n_replays = 0

@@ -35,7 +35,7 @@ from ._exact_select_kernel import exact_select_checked, placed_supported
 from ._magnitude import arithmetic
 
 __all__ = ["search_small", "clear_small_graphs", "SMALL_GRAPHS", "SMALL_MIN_QUERIES", "SMALL_MAX_UNSPLIT_REFERENCES",
-           "SMALL_MAX_ROWS", "SMALL_GRAPH_MAX_INPUT_BYTES"]
+           "SMALL_MAX_ROWS", "SMALL_GRAPH_MAX_BYTES"]
 
 # search_small keeps each query's references in one program (its lists are written in order): it
 # takes searches of at least SMALL_MIN_QUERIES queries, or of at most SMALL_MAX_UNSPLIT_REFERENCES
@@ -45,14 +45,16 @@ SMALL_MAX_UNSPLIT_REFERENCES = 8192
 SMALL_MAX_ROWS = 1 << 24
 # False: every small search launches eagerly (same-run A/B timings)
 SMALL_GRAPHS = True
-# Operands over this many bytes launch eagerly: the launch's host work is then a small share of the
-# kernel's time, and each kept graph holds copies of its operands (input and feature-major buffers)
-SMALL_GRAPH_MAX_INPUT_BYTES = 1 << 23
-# shapes kept per device (least recently used dropped first)
+# Searches whose graph would hold more than this many bytes launch eagerly: the launch's host work is
+# then a small share of the kernel's time, and each kept graph holds its operands twice (input and
+# feature-major buffers) and its outputs
+SMALL_GRAPH_MAX_BYTES = 1 << 24
+# shapes kept per device (least recently used dropped first); a dropped shape is not captured again
+# (each capture synchronises the device and empties torch's allocator cache, so a program cycling
+# through more shapes would pay one per call), and past SMALL_GRAPH_MAX_CAPTURES captures per device
+# no new shape is
 SMALL_GRAPH_CACHE_SIZE = 4
-# Captures are not capped by count: GraphReplay's own rule stops them while graphs are not replayed
-# (a shape that never repeats costs one eager call and no capture)
-_UNCAPPED = 1 << 62
+SMALL_GRAPH_MAX_CAPTURES = 256
 
 
 def _checked_launch(ref: torch.Tensor, query: torch.Tensor | None, *, k: int, metric_name: str, exclude_self: bool,
@@ -70,7 +72,8 @@ class _DeviceGraphs:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.replay = GraphReplay(_checked_launch, cache_size=SMALL_GRAPH_CACHE_SIZE, max_captures=_UNCAPPED)
+        self.replay = GraphReplay(_checked_launch, cache_size=SMALL_GRAPH_CACHE_SIZE, max_captures=SMALL_GRAPH_MAX_CAPTURES,
+                                  recapture=False)
         self.pinned: torch.Tensor | None = None
 
     def read(self, extremes: torch.Tensor) -> np.ndarray:
@@ -103,12 +106,15 @@ def clear_small_graphs() -> None:
         for graphs in _device_graphs.values():
             with graphs.lock:
                 graphs.replay.clear()
+                graphs.pinned = None
 
 
-def _replays(ref: torch.Tensor, query: torch.Tensor, device: torch.device) -> bool:
-    """Whether this search may go through a graph: both operands on ``device``, small, and no capture under way."""
+def _replays(ref: torch.Tensor, query: torch.Tensor, k: int, device: torch.device) -> bool:
+    """Whether this search may go through a graph: both operands on ``device``, the graph's buffers small
+    (see ``SMALL_GRAPH_MAX_BYTES``), and no capture under way."""
     operand_bytes = ref.numel() * ref.element_size() + (0 if query is ref else query.numel() * query.element_size())
-    return (SMALL_GRAPHS and operand_bytes <= SMALL_GRAPH_MAX_INPUT_BYTES and same_device(ref.device, device)
+    output_bytes = query.shape[0] * (k * (4 + 8) + 3 * 4)  # scores, indices, each program's extremes
+    return (SMALL_GRAPHS and 2 * operand_bytes + output_bytes <= SMALL_GRAPH_MAX_BYTES and same_device(ref.device, device)
             and same_device(query.device, device) and not torch.cuda.is_current_stream_capturing())
 
 
@@ -116,10 +122,11 @@ def _launch(ref: torch.Tensor, query: torch.Tensor, k: int, metric_name: str, ex
             device: torch.device):
     """``(scores, index, extremes on the host)`` of the checked launch, replayed where the shape repeats."""
     settings = dict(k=k, metric_name=metric_name, exclude_self=exclude_self, as_distance=as_distance)
-    if not _replays(ref, query, device):
-        RT, QT = feature_major(ref, query, device)
-        scores, index, extremes = exact_select_checked(QT, RT, k, metric_name, exclude_self=exclude_self,
-                                                       as_distance=as_distance)
+    if not _replays(ref, query, k, device):
+        with torch.cuda.device(device):  # Triton launches on the current device
+            RT, QT = feature_major(ref, query, device)
+            scores, index, extremes = exact_select_checked(QT, RT, k, metric_name, exclude_self=exclude_self,
+                                                           as_distance=as_distance)
         return scores, index, extremes.cpu().numpy()  # the one host wait
     graphs = _graphs_of(device)
     with graphs.lock:
