@@ -169,7 +169,6 @@ def test_a_repeated_search_replays_a_graph_with_the_launchs_results(case, metric
     clear_search_graphs()
     n, d, k = {"k = 1": (257, 5, 1), "k = n - 1": (40, 3, 39)}.get(case, (613, 7, 20))
     kind = "duplicate blocks" if case == "duplicate blocks" else "integer grid"
-    replays_before = _replays().n_replays
     for seed in range(5):
         X = torch.from_numpy(_data(kind, n, d, seed=seed) + np.float32(0.5) * _data("float", n, d, seed=seed + 9)).cuda()
         if case == "column-major":
@@ -183,7 +182,7 @@ def test_a_repeated_search_replays_a_graph_with_the_launchs_results(case, metric
         for a, b in zip(got, want):
             assert torch.equal(a, b)
             assert a.data_ptr() not in graph_outputs  # the caller's own copy
-    assert _replays().n_replays - replays_before == 4  # the first call runs eagerly, the second captures and replays
+    assert _replays().n_replays == 4  # cleared above; the first call runs eagerly, the second captures and replays
 
 
 def test_non_finite_data_on_a_replayed_shape_is_refused_by_name():
