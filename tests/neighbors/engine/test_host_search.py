@@ -707,3 +707,52 @@ def test_a_self_search_row_leaves_its_own_pair_unscored(monkeypatch, kind):
             every = counts
     distinct = len(np.unique(X, axis=0))
     assert every - counts >= distinct  # each distinct row's own pair, in each of the two searches, at most once unscored
+
+
+def _heavy_tailed(n, d, seed):
+    """Most rows in [0, 1), a few with a handful of features in the thousands (counts, lengths): the
+    mean sits far from most rows, the median among them."""
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, d))
+    far = rng.choice(n, n // 20, replace=False)
+    X[far[:, None], np.arange(3)] = rng.lognormal(7.0, 1.0, (far.size, 3))
+    return X
+
+
+def test_the_products_centre_at_the_median_only_where_a_heavy_tail_pulls_the_mean_away():
+    X = _heavy_tailed(3000, 20, seed=50)
+    sample = X[:: 3000 // host_gemm._CENTRE_SAMPLE_ROWS]
+    np.testing.assert_array_equal(host_gemm._reference_centre(X), np.median(sample, 0))
+    for Y in (np.random.default_rng(51).random((3000, 20)), _data("far", 3000, 20, seed=52)):
+        np.testing.assert_array_equal(host_gemm._reference_centre(Y), Y.mean(0))
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean"])
+def test_heavy_tailed_data_matches_the_oracle_and_certifies_more_rows_about_the_median(monkeypatch, metric):
+    _blocked_products_only(monkeypatch)
+    X = _heavy_tailed(1200, 20, seed=53)
+    Q = np.concatenate([X[:40], _heavy_tailed(60, 20, seed=54)])
+    about_median = check_exact(X, None, 20, metric, exclude_self=True)
+    check_exact(X, Q, 7, metric)
+    monkeypatch.setattr(host_gemm, "_reference_centre", lambda U: U.mean(0))
+    about_mean = check_exact(X, None, 20, metric, exclude_self=True)
+    # rows whose candidates the products' bound left open, completed from a band of the whole row
+    assert about_median["rows_tie_complete"] < about_mean["rows_tie_complete"] / 4
+
+
+def test_blocks_after_one_with_many_open_rows_keep_more_candidates_and_stay_exact(monkeypatch):
+    _blocked_products_only(monkeypatch)
+    monkeypatch.setattr(host_gemm, "_PARALLEL_MIN_GEMM", 1 << 62)  # one thread: blocks in order
+    X = np.random.default_rng(55).integers(0, 2, (1500, 30)).astype(np.float64)  # binary: ties at every K-th
+    kept = []
+    smallest = host_gemm._smallest
+    monkeypatch.setattr(host_gemm, "_smallest", lambda A, c, levels: kept.append(c) or smallest(A, c, levels))
+    check_exact(X, None, 20, "euclidean", exclude_self=True, budget=1 << 20)
+    first = 20 + 1 + host_gemm.GEMM_MARGIN  # K counts the row itself, then the margin
+    assert len(kept) > 4 and kept[0] == first
+    assert first < max(kept) <= 2 * first and kept == sorted(kept)
+    # the count changes the work, not the results
+    monkeypatch.setattr(host_gemm, "_WIDEN_OPEN_SHARE", 2.0)
+    kept.clear()
+    check_exact(X, None, 20, "euclidean", exclude_self=True, budget=1 << 20)
+    assert set(kept) == {first}

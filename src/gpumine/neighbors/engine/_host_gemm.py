@@ -1,9 +1,10 @@
 """The matrix-product path of the host kNN search: candidates from BLAS products, certified or completed from a band of possible ties.
 
-Products of float32 (data centred at the reference mean) or float64 rows, or
+Products of float32 (data centred: :func:`_reference_centre`) or float64 rows, or
 exact integer products, propose each query's candidates (:class:`_Products`
 bounds how far a product score may be from the exact one); a cheap grouped
-selection (:func:`_smallest`) keeps the smallest product scores. Rows whose
+selection (:func:`_smallest`) keeps the smallest product scores (how many:
+:class:`_Candidates`, more where blocks leave many rows open). Rows whose
 bound does not certify the candidates take every reference whose product score
 may reach their K-th score; rows whose band is wide are redone with float64
 products, and rows still wide scan every distinct reference (:mod:`._host_exact`).
@@ -21,6 +22,42 @@ from ._host_exact import (_by_width, _exact_dense, _exact_pairs, _feature_major,
                           _padded_positions, _Results, _row_counts, _rows_per_block, _scan)
 from ._host_threads import _PARALLEL_MIN_GEMM, _run_blocks, _split, _thread_pool
 
+def _reference_centre(U: np.ndarray) -> np.ndarray:
+    """The point the L2 products are centred at: the reference mean, or where a few far rows pull the mean
+    away from most of them, the coordinate-wise median of a row sample.
+
+    Any centre keeps the results exact (the bounds of :class:`_Products` are
+    stated for the centred rows); it sets how tight they are. A product score
+    errs by up to ``g (3 |x|^2 + 2 s)`` with ``|x|`` the query's distance to the
+    centre, so a row's candidates are certified where that is small beside the
+    gaps between its neighbours' distances. Heavy-tailed features (counts,
+    lengths, money) leave the mean far from the typical row: where most of a
+    small strided sample of rows lie under a ``_CENTRE_TAIL``-th of the mean
+    squared distance to the mean, the median of a larger sample is taken if it
+    at least halves the typical (median) squared distance (35_SpamBase: an
+    eighth; BENCHMARKS.md, "Design measurements quoted in the code"). The test
+    costs microseconds; the median is formed only where it passes.
+    """
+    mean = U.mean(0)
+    test = U[:: max(1, U.shape[0] // _CENTRE_TEST_ROWS)]
+    off = test - mean
+    sq = np.einsum("ij,ij->i", off, off)
+    if not 2 * np.count_nonzero(_CENTRE_TAIL * sq < sq.mean()) > sq.size:  # no heavy tail: the mean serves
+        return mean
+    sample = U[:: max(1, U.shape[0] // _CENTRE_SAMPLE_ROWS)]
+    median = np.median(sample, 0)
+    to_mean, to_median = (np.einsum("ij,ij->i", sample - c, sample - c) for c in (mean, median))
+    half = sample.shape[0] // 2
+    return median if np.partition(to_median, half)[half] < 0.5 * np.partition(to_mean, half)[half] else mean
+
+
+# Rows (about, strided) the heavy-tail test reads and the median is taken over, and how far the mean squared
+# distance to the mean must exceed most rows' for the median centre to be tried (_reference_centre)
+_CENTRE_TEST_ROWS = 64
+_CENTRE_SAMPLE_ROWS = 256
+_CENTRE_TAIL = 4.0
+
+
 _U32 = 2.0**-24
 _U64 = 2.0**-53
 # the spacing of subnormal numbers: a product or sum below the normal range rounds by up to half of it
@@ -32,7 +69,7 @@ class _Products:
     """Reference rows for the products, and how far a product score can be from the exact one.
 
     ``offset[i] + (Q @ YT + bias)[i, j]`` approximates the exact score of query i
-    and reference j, in float32 or float64. L2 is centred at the reference mean (no
+    and reference j, in float32 or float64. L2 is centred (:func:`_reference_centre`: no
     cancellation far from the origin), except for integers small enough that the
     products are exact: in float32 (``exact32``), else in float64 (``exact64``).
     Inner products of such integers run float64 products only; L2 (``int_l2``)
@@ -54,8 +91,8 @@ class _Products:
         self.exact32 = bits is not None and bits < 2.0**24
         self.exact64 = bits is not None and bits < 2.0**53
         self.int_l2 = self.l2 and self.exact64 and not self.exact32
-        self.centre = U.mean(0) if self.l2 and not self.exact64 else None
-        self.centre32 = U.mean(0) if self.int_l2 else self.centre  # the float32 products' rows
+        self.centre = _reference_centre(U) if self.l2 and not self.exact64 else None
+        self.centre32 = _reference_centre(U) if self.int_l2 else self.centre  # the float32 products' rows
         self.yy = (U * U).sum(1) if self.int_l2 else None  # exact: integer partial sums below 2^53
         Y, ynorm = self._rows(U, self.centre)
         self.levels = _select_levels(n_u, c)
@@ -361,6 +398,45 @@ _GEMM_BLOCK_SCORES = 1 << 21
 _WIDE_SHARE = 0.25
 
 
+# A block with at least this share of its rows left open (their band of possible ties taken from every
+# column) raises the candidates the blocks still to start keep (_Candidates)
+_WIDEN_OPEN_SHARE = 0.25
+# ... to this percentile of the open rows' band widths, at most twice the first count
+_WIDEN_PERCENTILE = 75
+
+
+class _Candidates:
+    """How many candidates each block of a pass keeps from its products (``c``) and the selection's levels.
+
+    Starts at ``K + GEMM_MARGIN``. A row is certified when what it left out
+    cannot reach its K-th score; rows that are not take a band of every column
+    that can (:func:`_band`: a pass over the row, its pairs scored one by one).
+    Where a block leaves many rows open, the blocks still to start keep about
+    as many candidates as those rows' bands held (``_WIDEN_PERCENTILE``, at most
+    twice the first count): most rows are then certified from the selection's
+    own candidates, which the certified rows' scoring takes in dense blocks
+    (8_celeba: ties of binary features; BENCHMARKS.md, "Design measurements
+    quoted in the code"). The count changes the work, not the results: each
+    block selects, certifies and completes its rows with its own count.
+    """
+
+    def __init__(self, c: int, n_u: int, levels: int):
+        self._first, self._n_u, self._max_levels = c, n_u, levels
+        self._now = (c, levels)
+        self._lock = threading.Lock()
+
+    def now(self) -> tuple[int, int]:
+        """``(c, levels)`` for a block starting now (levels: at most the products' padding allows)."""
+        return self._now
+
+    def seen(self, band_widths: np.ndarray) -> None:
+        """A finished block's open rows' band widths (references each may need)."""
+        want = min(self._n_u, 2 * self._first, int(np.ceil(np.percentile(band_widths, _WIDEN_PERCENTILE))))
+        with self._lock:
+            if want > self._now[0]:
+                self._now = (want, min(self._max_levels, _select_levels(self._n_u, want)))
+
+
 def _gemm_search(U, Qu, K, metric, refs, budget_bytes, counters, workers, prod=None, float32_scores=False):
     """Candidates from products, certified or completed from a band of possible ties, then exact scores.
 
@@ -399,7 +475,7 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
     """
     n_u = U.shape[0]
     K = results.K
-    c = min(n_u, K + GEMM_MARGIN)
+    candidates = _Candidates(min(n_u, K + GEMM_MARGIN), n_u, prod.levels)
     g = prod.gamma(float64)
     dtype = torch.float64 if float64 else torch.float32
     itemsize = 8 if float64 else 4
@@ -429,7 +505,8 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
             if getattr(local, "buffer", None) is None:
                 local.buffer = torch.empty((block, prod.n_pad), dtype=dtype)
             A = prod.scores(Qt[span[0] : span[1]] if all_rows else Qt[torch.from_numpy(rows)], local.buffer[:b])
-        values, cols, kept = _smallest(A, c, prod.levels)
+        c, levels = candidates.now()
+        values, cols, kept = _smallest(A, c, levels)
         q, off = (scale[span[0] : span[1]], offset[span[0] : span[1]]) if all_rows else (scale[rows], offset[rows])
         approx = values.astype(np.float64) + off[:, None]  # ascending: adding one value per row keeps the order
         qb = prod.bound_scale(q, float64)
@@ -479,6 +556,8 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
             (r, u, a), too_wide = _band(A.numpy()[open_rows], (reach - off)[open_rows], g == 0.0, c,
                                         _BAND_PER_NEIGHBOUR * K)
             r, too_wide = open_rows[r], open_rows[too_wide]
+        if open_rows.size >= _WIDEN_OPEN_SHARE * b:
+            candidates.seen(np.bincount(r, minlength=b)[open_rows])
         if g == 0.0:
             S = a + off[r]
         elif certify and r.size:

@@ -6,7 +6,7 @@ candidate machinery of the blocked products path (:mod:`._host_gemm`: sorted
 candidates, a certificate per row, bands for the rows it leaves open):
 
 1. ``A = Q @ YT + bias`` in float32 (:class:`._host_gemm._Products`: rows centred
-   at the reference mean, or exact integers), ``a = offset + A`` within a proved
+   at the reference mean or a sample median, or exact integers), ``a = offset + A`` within a proved
    bound of each pair's exact score.
 2. ``t``: the K-th smallest of the row's minima over groups of eight columns
    (:func:`._host_gemm._smallest`'s first level), or of the row itself where
