@@ -22,7 +22,8 @@ row is accepted only when nothing they left out can reach its k-th score
   distance times ``1 + TOLERANCE`` (``query_ball_point``) and are ranked from
   that complete set.
 * matrix products (float32 on data centred at the reference mean, or at a
-  sample median where heavy tails pull the mean off, or exact integer products): every reference left out has a product score of at least
+  sample median where heavy tails pull the mean off; or exact integer
+  products): every reference left out has a product score of at least
   the largest kept one, and a product score is within a floating-point error
   bound of the exact score (:class:`_Products`). Rows that fail take every
   reference whose product score may reach their k-th score (the band); rows

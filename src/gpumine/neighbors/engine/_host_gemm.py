@@ -22,6 +22,20 @@ from ._host_exact import (_by_width, _exact_dense, _exact_pairs, _feature_major,
                           _padded_positions, _Results, _row_counts, _rows_per_block, _scan)
 from ._host_threads import _PARALLEL_MIN_GEMM, _run_blocks, _split, _thread_pool
 
+_U32 = 2.0**-24
+_U64 = 2.0**-53
+# the spacing of subnormal numbers: a product or sum below the normal range rounds by up to half of it
+_TINY32 = 2.0**-149
+_TINY64 = 2.0**-1074
+
+
+# Rows (about, strided) the heavy-tail tests read and the median is taken over, and how far the mean squared
+# distance to a centre must exceed most rows' for the median centre to be tried (_reference_centre)
+_CENTRE_TEST_ROWS = 64
+_CENTRE_SAMPLE_ROWS = 256
+_CENTRE_TAIL = 4.0
+
+
 def _reference_centre(U: np.ndarray) -> np.ndarray:
     """The point the L2 products are centred at: the reference mean, or where a few far rows pull the mean
     away from most of them, the coordinate-wise median of a row sample.
@@ -31,38 +45,28 @@ def _reference_centre(U: np.ndarray) -> np.ndarray:
     errs by up to ``g (3 |x|^2 + 2 s)`` with ``|x|`` the query's distance to the
     centre, so a row's candidates are certified where that is small beside the
     gaps between its neighbours' distances. Heavy-tailed features (counts,
-    lengths, money) leave the mean far from the typical row: where most of a
-    small strided sample of rows lie under a ``_CENTRE_TAIL``-th of the mean
-    squared distance to the mean, the median of a larger sample is taken if it
-    at least halves the typical (median) squared distance (35_SpamBase: an
-    eighth; BENCHMARKS.md, "Design measurements quoted in the code"). The test
-    costs microseconds; the median is formed only where it passes.
+    lengths, money) leave the mean far from the typical row. A small strided
+    sample of rows tells: most of it under a ``_CENTRE_TAIL``-th of its mean
+    squared distance to the mean (its own far rows pull the mean), or its own
+    mean that far from the reference mean (far rows it missed pull it). Then
+    the median of a larger sample is taken if it at least halves the typical
+    (median) squared distance (35_SpamBase: to an eighth; BENCHMARKS.md,
+    "Design measurements quoted in the code"). The median is formed only where
+    the sample tells of a tail.
     """
     mean = U.mean(0)
     test = U[:: max(1, U.shape[0] // _CENTRE_TEST_ROWS)]
     off = test - mean
     sq = np.einsum("ij,ij->i", off, off)
-    if not 2 * np.count_nonzero(_CENTRE_TAIL * sq < sq.mean()) > sq.size:  # no heavy tail: the mean serves
+    spread = sq.mean()
+    drift = mean - test.mean(0)
+    if not (2 * np.count_nonzero(_CENTRE_TAIL * sq < spread) > sq.size or _CENTRE_TAIL * (drift @ drift) > spread):
         return mean
     sample = U[:: max(1, U.shape[0] // _CENTRE_SAMPLE_ROWS)]
     median = np.median(sample, 0)
     to_mean, to_median = (np.einsum("ij,ij->i", sample - c, sample - c) for c in (mean, median))
     half = sample.shape[0] // 2
     return median if np.partition(to_median, half)[half] < 0.5 * np.partition(to_mean, half)[half] else mean
-
-
-# Rows (about, strided) the heavy-tail test reads and the median is taken over, and how far the mean squared
-# distance to the mean must exceed most rows' for the median centre to be tried (_reference_centre)
-_CENTRE_TEST_ROWS = 64
-_CENTRE_SAMPLE_ROWS = 256
-_CENTRE_TAIL = 4.0
-
-
-_U32 = 2.0**-24
-_U64 = 2.0**-53
-# the spacing of subnormal numbers: a product or sum below the normal range rounds by up to half of it
-_TINY32 = 2.0**-149
-_TINY64 = 2.0**-1074
 
 
 class _Products:
@@ -164,7 +168,7 @@ class _Products:
 
     def own_rows(self, Qu: np.ndarray) -> bool:
         """Whether the queries ``Qu`` are the references, whose float32 product rows are ``YT32``'s halved by -2:
-        L2 centred at the mean (float32 products first; not :attr:`int_l2`, whose float32 rows are centred apart)."""
+        L2 centred at :func:`_reference_centre` (float32 products first; not :attr:`int_l2`, whose float32 rows are centred apart)."""
         return self.centre is not None and Qu is self._own[0]
 
     def bound_scale(self, scale: np.ndarray, float64: bool) -> np.ndarray:
@@ -557,7 +561,10 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
                                         _BAND_PER_NEIGHBOUR * K)
             r, too_wide = open_rows[r], open_rows[too_wide]
         if open_rows.size >= _WIDEN_OPEN_SHARE * b:
-            candidates.seen(np.bincount(r, minlength=b)[open_rows])
+            widths = np.bincount(r, minlength=b)[open_rows]
+            widths = widths[widths > 0]  # rows too wide for a band (0 here) are the float64 pass's
+            if widths.size:
+                candidates.seen(widths)
         if g == 0.0:
             S = a + off[r]
         elif certify and r.size:
@@ -664,7 +671,7 @@ def _certified_scores(prod: _Products, Q: np.ndarray, q: np.ndarray, cand: np.nd
     exactly. ``padding`` marks entries past a row's kept candidates (left as they
     are: the caller sets them to +inf). Where ``scores`` are the float32
     products' (``E`` to be formed), rows whose bound is wider than a float32
-    step of their largest score (queries far from the reference mean against
+    step of their largest score (queries far from the products' centre against
     their neighbours' distances) cannot settle a pair and are scored exactly
     without the products.
     """
