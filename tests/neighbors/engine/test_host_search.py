@@ -722,19 +722,22 @@ def _heavy_tailed(n, d, seed):
 def test_the_products_centre_at_the_median_only_where_a_heavy_tail_pulls_the_mean_away():
     X = _heavy_tailed(3000, 20, seed=50)
     sample = X[:: 3000 // host_gemm._CENTRE_SAMPLE_ROWS]
-    np.testing.assert_array_equal(host_gemm._reference_centre(X), np.median(sample, 0))
+    np.testing.assert_array_equal(host_gemm._reference_centre(X, 3000), np.median(sample, 0))
+    # a search too small to pay for the tests keeps the mean
+    np.testing.assert_array_equal(host_gemm._reference_centre(X, host_gemm._CENTRE_TEST_MIN_PAIRS // 3000 - 1), X.mean(0))
     for Y in (np.random.default_rng(51).random((3000, 20)), _data("far", 3000, 20, seed=52)):
-        np.testing.assert_array_equal(host_gemm._reference_centre(Y), Y.mean(0))
+        np.testing.assert_array_equal(host_gemm._reference_centre(Y, 3000), Y.mean(0))
 
 
 @pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean"])
 def test_heavy_tailed_data_matches_the_oracle_and_certifies_more_rows_about_the_median(monkeypatch, metric):
     _blocked_products_only(monkeypatch)
+    monkeypatch.setattr(host_gemm, "_CENTRE_TEST_MIN_PAIRS", 0)
     X = _heavy_tailed(1200, 20, seed=53)
     Q = np.concatenate([X[:40], _heavy_tailed(60, 20, seed=54)])
     about_median = check_exact(X, None, 20, metric, exclude_self=True)
     check_exact(X, Q, 7, metric)
-    monkeypatch.setattr(host_gemm, "_reference_centre", lambda U: U.mean(0))
+    monkeypatch.setattr(host_gemm, "_reference_centre", lambda U, n_query: U.mean(0))
     about_mean = check_exact(X, None, 20, metric, exclude_self=True)
     # rows whose candidates the products' bound left open, completed from a band of the whole row
     assert about_median["rows_tie_complete"] < about_mean["rows_tie_complete"] / 4

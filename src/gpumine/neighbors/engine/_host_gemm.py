@@ -34,9 +34,12 @@ _TINY64 = 2.0**-1074
 _CENTRE_TEST_ROWS = 64
 _CENTRE_SAMPLE_ROWS = 256
 _CENTRE_TAIL = 4.0
+# Searches of fewer (query, reference) pairs keep the mean untested: the tests' cost on rows not yet in the
+# cache is about a percent of such a search, more than the few heavy-tailed sets gain there
+_CENTRE_TEST_MIN_PAIRS = 1 << 22
 
 
-def _reference_centre(U: np.ndarray) -> np.ndarray:
+def _reference_centre(U: np.ndarray, n_query: int) -> np.ndarray:
     """The point the L2 products are centred at: the reference mean, or where a few far rows pull the mean
     away from most of them, the coordinate-wise median of a row sample.
 
@@ -52,9 +55,12 @@ def _reference_centre(U: np.ndarray) -> np.ndarray:
     the median of a larger sample is taken if it at least halves the typical
     (median) squared distance (35_SpamBase: to an eighth; BENCHMARKS.md,
     "Design measurements quoted in the code"). The median is formed only where
-    the sample tells of a tail.
+    the sample tells of a tail, and only searches of at least
+    ``_CENTRE_TEST_MIN_PAIRS`` pairs are tested.
     """
     mean = U.mean(0)
+    if U.shape[0] * n_query < _CENTRE_TEST_MIN_PAIRS:
+        return mean
     test = U[:: max(1, U.shape[0] // _CENTRE_TEST_ROWS)]
     off = test - mean
     sq = np.einsum("ij,ij->i", off, off)
@@ -95,8 +101,8 @@ class _Products:
         self.exact32 = bits is not None and bits < 2.0**24
         self.exact64 = bits is not None and bits < 2.0**53
         self.int_l2 = self.l2 and self.exact64 and not self.exact32
-        self.centre = _reference_centre(U) if self.l2 and not self.exact64 else None
-        self.centre32 = _reference_centre(U) if self.int_l2 else self.centre  # the float32 products' rows
+        self.centre = _reference_centre(U, Qu.shape[0]) if self.l2 and not self.exact64 else None
+        self.centre32 = _reference_centre(U, Qu.shape[0]) if self.int_l2 else self.centre  # the float32 products' rows
         self.yy = (U * U).sum(1) if self.int_l2 else None  # exact: integer partial sums below 2^53
         Y, ynorm = self._rows(U, self.centre)
         self.levels = _select_levels(n_u, c)
