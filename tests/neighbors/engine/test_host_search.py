@@ -759,3 +759,38 @@ def test_blocks_after_one_with_many_open_rows_keep_more_candidates_and_stay_exac
     kept.clear()
     check_exact(X, None, 20, "euclidean", exclude_self=True, budget=1 << 20)
     assert set(kept) == {first}
+
+
+def _count_exact_pairs(monkeypatch):
+    scored = []
+    exact_dense = host_gemm._exact_dense
+    monkeypatch.setattr(host_gemm, "_exact_dense", lambda *a: scored.append(a[4].size) or exact_dense(*a))
+    return scored
+
+
+@pytest.mark.parametrize("kind", ["random", "integer", "duplicates", "far"])
+def test_lists_cut_at_the_first_k_exact_scores_match_the_oracle(monkeypatch, kind):
+    _blocked_products_only(monkeypatch)
+    monkeypatch.setattr(host_gemm, "_NARROW_MIN_EXTRA", 0)
+    monkeypatch.setattr(host_gemm, "_NARROW_MIN_TERMS", 0)
+    X = _data(kind, 300, host_gemm.NARROW_MIN_FEATURES + 40, seed=60)
+    X[:5] = X[5:10]  # a few copies among the rows
+    for narrow in (True, False):
+        monkeypatch.setattr(host_gemm, "_NARROW", narrow)
+        check_exact(X, None, 20, "sqeuclidean", exclude_self=True)
+        check_exact(X, X[::7], 9, "euclidean")
+
+
+def test_lists_cut_at_the_first_k_exact_scores_score_fewer_pairs_where_the_bound_is_loose(monkeypatch):
+    # many features (a loose float32 bound) and spread distances near the K-th: the exact K-th score
+    # rules out most candidates the bound left
+    _blocked_products_only(monkeypatch)
+    scored = _count_exact_pairs(monkeypatch)
+    X = np.random.default_rng(61).random((400, 2000))
+    counts = {}
+    for narrow in (True, False):
+        monkeypatch.setattr(host_gemm, "_NARROW", narrow)
+        scored.clear()
+        check_exact(X, None, 20, "euclidean", exclude_self=True)
+        counts[narrow] = sum(scored)
+    assert counts[True] < 0.9 * counts[False]

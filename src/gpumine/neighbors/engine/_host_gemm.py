@@ -500,6 +500,15 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
     local = threading.local()
     give_up = threading.Event()  # float32: the bound is too loose, float64 takes the rest
 
+    def _plain_exact(cand, X, query_rows):
+        """Exact scores of query rows ``X`` (block rows ``query_rows``) against candidates ``cand``."""
+        if prod.l2 and Qu is U and prod.d >= SELF_SKIP_MIN_FEATURES and np.array_equal(cand[:, 0], query_rows):
+            # each row's first candidate is itself: its score is 0
+            S = np.zeros(cand.shape)
+            S[:, 1:] = _exact_dense(metric, X, U, UT, cand[:, 1:], budget_bytes)
+            return S
+        return _exact_dense(metric, X, U, UT, cand, budget_bytes)
+
     def work(span):
         rows = rows_in[span[0] : span[1]]
         if give_up.is_set():
@@ -529,10 +538,29 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
         cert = np.flatnonzero(certified)
         every = cert.size == b  # every row certified (most blocks): slices, no copies
         need = ((approx if every else approx[cert]) <= reach[cert, None]).sum(1)
+        first = None  # exact scores of each certified row's first K candidates, where they narrow its list
+        if (_NARROW and g > 0.0 and not prod.int_l2 and not certify and results.refs.identity
+                and prod.d >= NARROW_MIN_FEATURES and int((need - K).sum()) >= max(_NARROW_MIN_EXTRA * cert.size,
+                                                                             _NARROW_MIN_TERMS // prod.d)):
+            X = Qu[span[0] : span[1]] if every and all_rows else Qu[rows[cert]]
+            first = _plain_exact(cols[:, :K] if every else cols[cert, :K], X, rows[cert])
+            # K references score at most their largest exact score: the K-th does too
+            need = ((approx if every else approx[cert]) <= prod.reach(first.max(1), qb[cert], g)[:, None]).sum(1)
         for part, width in _by_width(need, cert, _SPARE_TERMS // prod.d):
             width = min(width, cols.shape[1])
             whole = part.size == b and all_rows  # the block's own rows, in order
             cand = cols[:, :width] if part.size == b else cols[part, :width]  # ascending product scores: about the exact order
+            if first is not None:
+                known = first if part.size == cert.size else first[np.searchsorted(cert, part)]
+                S = np.empty(cand.shape)
+                S[:, :K] = known
+                if width > K:
+                    X = Qu[span[0] : span[1]] if whole else Qu[rows[part]]
+                    S[:, K:] = _exact_dense(metric, X, U, UT, cand[:, K:], budget_bytes)
+                    past = np.arange(width) >= kept[part, None]  # a row's entries past its kept ones (column 0)
+                    S[past] = np.inf
+                results.nearly_sorted(rows[part], cand, S)
+                continue
             if g == 0.0:  # exact products (integers: every partial sum exact, in any order) are exact_scores' values
                 results.nearly_sorted(rows[part], cand, approx[:, :width] if part.size == b else approx[part, :width])
                 continue
@@ -546,12 +574,8 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
                 scores = approx[:, :width] if part.size == b else approx[part, :width]
                 S = _certified_scores(prod, Q[sub], q[part], cand, scores, float64, padding, metric, Qu, U, UT,
                                       rows[part], budget_bytes)
-            elif prod.l2 and Qu is U and prod.d >= SELF_SKIP_MIN_FEATURES and np.array_equal(cand[:, 0], rows[part]):
-                # each row's first candidate is itself: its score is 0
-                S = np.zeros(cand.shape)
-                S[:, 1:] = _exact_dense(metric, X, U, UT, cand[:, 1:], budget_bytes)
             else:
-                S = _exact_dense(metric, X, U, UT, cand, budget_bytes)
+                S = _plain_exact(cand, X, rows[part])
             if padding is not None:
                 S[padding] = np.inf
             results.nearly_sorted(rows[part], cand, S)
@@ -638,6 +662,16 @@ def _symmetric_products(prod: _Products, n: int, budget_bytes: int, workers: int
     return S, beside
 
 
+# From this many features, where a block's certified rows hold candidates past their first K that their
+# bounds could not rule out (at least _NARROW_MIN_EXTRA per row and _NARROW_MIN_TERMS terms in all), the
+# first K are scored exactly first and each list cut where the largest of those scores rules out the rest;
+# below, a pair's exact score costs less than the second scoring call's fixed costs, and with fewer extra
+# candidates the cut saves little (BENCHMARKS.md, "Design measurements quoted in the code")
+NARROW_MIN_FEATURES = 160
+_NARROW_MIN_EXTRA = 2
+_NARROW_MIN_TERMS = 1 << 16
+# False: lists are not narrowed (same-run A/B timings)
+_NARROW = True
 # Scored terms (pairs x features) a second group of candidate widths would cost in fixed costs (_by_width)
 _SPARE_TERMS = 1 << 16
 # From this many features a self-search row's own pair (0) is left out of its exact scores; below, its
