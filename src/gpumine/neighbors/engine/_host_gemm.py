@@ -8,6 +8,9 @@ selection (:func:`_smallest`) keeps the smallest product scores (how many:
 bound does not certify the candidates take every reference whose product score
 may reach their K-th score; rows whose band is wide are redone with float64
 products, and rows still wide scan every distinct reference (:mod:`._host_exact`).
+At many features a certified row's first K candidates are scored exactly first,
+and its list cut where the largest of those scores rules out the rest
+(``NARROW_MIN_FEATURES``).
 """
 
 from __future__ import annotations
