@@ -547,8 +547,9 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
                                                                              _NARROW_MIN_TERMS // prod.d)):
             X = Qu[span[0] : span[1]] if every and all_rows else Qu[rows[cert]]
             first = _plain_exact(cols[:, :K] if every else cols[cert, :K], X, rows[cert])
-            # K references score at most their largest exact score: the K-th does too
-            need = ((approx if every else approx[cert]) <= prod.reach(first.max(1), qb[cert], g)[:, None]).sum(1)
+            # K references score at most their largest exact score: the K-th does too. Each of the K has a
+            # product score within reach of it where the bound holds; at least K stay where it does not
+            need = np.maximum(((approx if every else approx[cert]) <= prod.reach(first.max(1), qb[cert], g)[:, None]).sum(1), K)
         for part, width in _by_width(need, cert, _SPARE_TERMS // prod.d):
             width = min(width, cols.shape[1])
             whole = part.size == b and all_rows  # the block's own rows, in order
