@@ -503,7 +503,7 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
     local = threading.local()
     give_up = threading.Event()  # float32: the bound is too loose, float64 takes the rest
 
-    def _plain_exact(cand, X, query_rows):
+    def plain_exact(cand, X, query_rows):
         """Exact scores of query rows ``X`` (block rows ``query_rows``) against candidates ``cand``."""
         if prod.l2 and Qu is U and prod.d >= SELF_SKIP_MIN_FEATURES and np.array_equal(cand[:, 0], query_rows):
             # each row's first candidate is itself: its score is 0
@@ -546,7 +546,7 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
                 and prod.d >= NARROW_MIN_FEATURES and int((need - K).sum()) >= max(_NARROW_MIN_EXTRA * cert.size,
                                                                              _NARROW_MIN_TERMS // prod.d)):
             X = Qu[span[0] : span[1]] if every and all_rows else Qu[rows[cert]]
-            first = _plain_exact(cols[:, :K] if every else cols[cert, :K], X, rows[cert])
+            first = plain_exact(cols[:, :K] if every else cols[cert, :K], X, rows[cert])
             # K references score at most their largest exact score: the K-th does too. Each of the K has a
             # product score within reach of it where the bound holds; at least K stay where it does not
             need = np.maximum(((approx if every else approx[cert]) <= prod.reach(first.max(1), qb[cert], g)[:, None]).sum(1), K)
@@ -554,24 +554,18 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
             width = min(width, cols.shape[1])
             whole = part.size == b and all_rows  # the block's own rows, in order
             cand = cols[:, :width] if part.size == b else cols[part, :width]  # ascending product scores: about the exact order
-            if first is not None:
-                known = first if part.size == cert.size else first[np.searchsorted(cert, part)]
-                S = np.empty(cand.shape)
-                S[:, :K] = known
-                if width > K:
-                    X = Qu[span[0] : span[1]] if whole else Qu[rows[part]]
-                    S[:, K:] = _exact_dense(metric, X, U, UT, cand[:, K:], budget_bytes)
-                    past = np.arange(width) >= kept[part, None]  # a row's entries past its kept ones (column 0)
-                    S[past] = np.inf
-                results.nearly_sorted(rows[part], cand, S)
-                continue
             if g == 0.0:  # exact products (integers: every partial sum exact, in any order) are exact_scores' values
                 results.nearly_sorted(rows[part], cand, approx[:, :width] if part.size == b else approx[part, :width])
                 continue
             X = Qu[span[0] : span[1]] if whole else Qu[rows[part]]
             short = kept[part] < width
             padding = (np.arange(width) >= kept[part, None]) if short.any() else None  # a row's entries past its kept ones (column 0)
-            if prod.int_l2:
+            if first is not None:  # the first K scored already (kept >= K: none of them is padding)
+                S = np.empty(cand.shape)
+                S[:, :K] = first if part.size == cert.size else first[np.searchsorted(cert, part)]
+                if width > K:
+                    S[:, K:] = _exact_dense(metric, X, U, UT, cand[:, K:], budget_bytes)
+            elif prod.int_l2:
                 S = _integer_l2_dense(X, U, prod.yy, cand)
             elif certify:
                 sub = slice(span[0], span[1]) if whole else rows[part]
@@ -579,7 +573,7 @@ def _gemm_pass(prod, Q, offset, scale, rows_in, float64, Qu, U, UT, metric, resu
                 S = _certified_scores(prod, Q[sub], q[part], cand, scores, float64, padding, metric, Qu, U, UT,
                                       rows[part], budget_bytes)
             else:
-                S = _plain_exact(cand, X, rows[part])
+                S = plain_exact(cand, X, rows[part])
             if padding is not None:
                 S[padding] = np.inf
             results.nearly_sorted(rows[part], cand, S)
