@@ -137,6 +137,74 @@ def test_first_pass_reads_of_several_tiles_give_the_same_lists(kind, tile_dtype)
     _check(Y[:3], Y, 3, tile_dtype, block_n=16, scan_n=32)
 
 
+@pytest.mark.parametrize("kind", ["float", "duplicates", "equal"])
+def test_reads_walked_by_their_least_scores_in_windows_give_the_same_lists(kind):
+    # windows of 2 reads of 16 columns: minima kept, reads walked in ascending order of them, per
+    # window; the same lists and open rows as one window over every read, split or not
+    rng = np.random.default_rng(11)
+    Y = _data(kind, 53 * SCALE + 7, 12, rng) if kind != "equal" else _data(kind, 53, 12, rng)
+    for splits in (1, 3):
+        kw = dict(exclude_self=True, self_offset=5, block_n=16, scan_n=16, splits=splits)
+        assert _check(Y[5:14], Y, 5, torch.float64, window_tiles=2, **kw) == _check(Y[5:14], Y, 5, torch.float64,
+                                                                                   window_tiles=64, **kw)
+    _check(Y[:4], Y, 7, torch.float32, block_n=16, scan_n=32, window_tiles=1)
+
+
+def test_references_in_descending_order_of_distance():
+    # every reference nearer than the ones before it (sorted data read against queries past its
+    # end): lists that would take each element in scan order take the same entries walked by minima
+    rng = np.random.default_rng(12)
+    t = np.arange(70 * SCALE, dtype=np.float32)[::-1]
+    Y = (t[:, None] * rng.uniform(0.5, 1.5, 20).astype(np.float32)[None, :]
+         + 0.01 * rng.standard_normal((t.size, 20)).astype(np.float32))
+    X = -1.0 - rng.random((9, 20)).astype(np.float32)
+    for tile_dtype in (torch.float32, torch.float64):
+        _check(X, Y, 6, tile_dtype, block_n=16, scan_n=32, window_tiles=4)
+        _check(X, Y, 6, tile_dtype, block_n=16)
+
+
+def test_a_read_tied_with_the_worst_entry_is_walked_for_its_lower_ids():
+    # read 1 (columns 16-31) holds the least score and is walked first; its other entries tie with
+    # every entry of read 0, whose lower ids must then replace them: the list is 1 @ 16, 3 @ 0, 1, ...
+    S = torch.full((2, 48), 3.0, device=DEVICE)
+    S[:, 16] = 1.0
+    S[1, 40] = 0.5  # and a row whose least score lies in a later read
+    zeros = torch.zeros(2, dtype=torch.float64, device=DEVICE)
+    QT, RT = torch.zeros((1, 2), device=DEVICE), torch.zeros((1, 48), device=DEVICE)
+    kw = dict(exact=True, rel_tile=0.0, rel64=0.0)
+    for window in (1, 2, 4):
+        scores, index = product_select(S, zeros, zeros, QT, RT, 5, block_n=16, scan_n=16, window_tiles=window, **kw)
+        twin_scores, twin_index = product_select_torch(S, zeros, zeros, QT, RT, 5, **kw)
+        assert index.tolist() == twin_index.tolist() == [[16, 0, 1, 2, 3], [40, 16, 0, 1, 2]]
+        assert torch.equal(scores.cpu(), twin_scores.cpu())
+
+
+@pytest.mark.skipif(not ON_GPU, reason="a timing ratio: the interpreter's times say nothing of a GPU's")
+def test_scores_in_descending_order_cost_a_small_multiple_of_random_ones():
+    import time
+
+    n, m = 3000, 32768
+    g = torch.Generator(device=DEVICE).manual_seed(0)
+    random = torch.rand((n, m), device=DEVICE, generator=g)
+    QT, RT = torch.rand((8, n), device=DEVICE), torch.rand((8, m), device=DEVICE)
+    zeros = torch.zeros(n, dtype=torch.float64, device=DEVICE)
+    kw = dict(exact=True, rel_tile=0.0, rel64=0.0)
+
+    def best_of(S, repeats=5):
+        product_select(S, zeros, zeros, QT, RT, 7, **kw)
+        times = []
+        for _ in range(repeats):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            product_select(S, zeros, zeros, QT, RT, 7, **kw)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    descending = random.sort(1, descending=True).values
+    assert best_of(descending) < 2.0 * best_of(random)
+
+
 @pytest.mark.parametrize("kind", ["float", "duplicates"])
 def test_row_major_data_read_in_place(kind):
     # the finish's and the rescans' gathers through a view's strides: the same lists and open rows
@@ -168,6 +236,8 @@ def test_argument_errors():
         product_select(S, zeros, zeros, QT, RT, 2, splits=0, **kw)
     with pytest.raises(ValueError, match="scan_n must be a power of two"):
         product_select(S, zeros, zeros, QT, RT, 2, block_n=16, scan_n=48, **kw)
+    with pytest.raises(ValueError, match="window_tiles must be a power of two"):
+        product_select(S, zeros, zeros, QT, RT, 2, window_tiles=3, **kw)
 
 
 @pytest.mark.parametrize("kind", ["float", "grid", "far"])

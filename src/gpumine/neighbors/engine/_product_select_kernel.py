@@ -9,7 +9,9 @@ queries; per row, in registers, with the insertion step of the exact-selection
 kernel (:mod:`._exact_select_kernel`: every comparison by (score, id)):
 
 1. one pass over its tile scores keeps the ``KEEP`` best (``s + offset``, id)
-   pairs (:func:`kept_candidates`: k and a margin);
+   pairs (:func:`kept_candidates`: k and a margin): per window of
+   ``SCAN_WINDOW_TILES`` reads it keeps each read's least score, then walks
+   the reads in ascending order of those while one can still enter the list;
 2. those references alone are scored exactly, in float64 in
    :meth:`Metric.exact_scores`' summation order (per-feature terms left to right
    within ``EXACT_SUM_CHUNK`` features, chunk sums left to right, contraction
@@ -30,8 +32,10 @@ and runs steps 2 and 3.
 ``EXACT``: the tile scores plus the offset are the exact scores (integer data
 centred on an integer, see :func:`._dense.integer_centre`): step 1 is the result.
 
-Bound: one read of the block's scores (a read tile that can enter a list is
-walked again, from cache where it still is) and ``KEEP`` exact scores per row; a
+Bound: one read of the block's scores, at most ``KEEP`` reads walked again per
+window (more only where their least scores tie with a list's worst entry), so
+at most ``KEEP``^2 insertions per window whatever the order of the scores, and
+``KEEP`` exact scores per row; a
 second read for the open rows, with at most one float64 exact score per pair
 (reached only where every lane stays within reach: all points equal, say). No
 host wait, retry or radius pass: the kept lists are final.
@@ -67,8 +71,9 @@ PRODUCT_SELECT_MAX_K = EXACT_SELECT_MAX_K
 _WIDE_FROM = 2**31
 # a launch grid's second dimension holds at most this many programs
 _MAX_SPLITS = 65535
-# False: self-searches scan from the first reference (same-run A/B timings)
-START_AT_OWN = True
+# scan tiles whose least scores a first pass keeps before walking them (a power of two: a one-warp
+# program holds them in four registers per lane at 128)
+SCAN_WINDOW_TILES = 128
 # default_product_splits: programs per multiprocessor (one program of one warp per row: the
 # multiprocessor's limit on resident programs) that a row's references are split over several
 # programs to reach, as far as the split grid stays within one such wave, and the fewest tiles a
@@ -121,13 +126,30 @@ if triton is not None:
             total = total + part
         return total
 
+    @triton.jit
+    def _scan_read(S, rows, row_ok, own, first_tile, t, n_tiles, n_ref, stride_s, EXCLUDE_SELF: tl.constexpr,
+                   SCAN_N: tl.constexpr):
+        # scan tile first_tile + t of each row (+inf past the references, the split's tiles, or at
+        # its own column): a read wholly inside the references takes a mask alike across its
+        # columns, so that it is made of vector loads (a mask per column splits it into one load
+        # per element)
+        cols = (first_tile + t) * SCAN_N + tl.arange(0, SCAN_N)
+        ptrs = S + rows[:, None] * stride_s + cols[None, :]
+        if (t < n_tiles) & ((first_tile + t + 1) * SCAN_N <= n_ref):
+            s = tl.load(ptrs, mask=tl.broadcast_to(row_ok[:, None], ptrs.shape), other=float("inf"))
+        else:
+            s = tl.load(ptrs, mask=row_ok[:, None] & ((cols < n_ref) & ((cols * 0 + t) < n_tiles))[None, :], other=float("inf"))
+        if EXCLUDE_SELF:
+            s = tl.where(cols[None, :] != own[:, None], s, float("inf"))
+        return s
+
     @triton.jit(do_not_specialize=["n_query", "n_ref", "self_offset", "K", "D", "tiles_per_split", "n_split"])
     def _product_select_kernel(
         S, OFFSET, SLACK, MARGINS, QT, RT, OUT_SCORE, OUT_INDEX, OPEN_ROWS, CAND_SCORE, CAND_ID,
         n_query, n_ref, self_offset, K, D, tiles_per_split, n_split,
         stride_s, stride_q_feat, stride_q_row, stride_r_feat, stride_r_row, stride_out,
         CHUNK: tl.constexpr, EXACT: tl.constexpr, EXCLUDE_SELF: tl.constexpr, C: tl.constexpr, KEEP: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCAN_N: tl.constexpr, WIDE: tl.constexpr, PLACED: tl.constexpr, START_AT_OWN: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCAN_N: tl.constexpr, WIDE: tl.constexpr, PLACED: tl.constexpr, WINDOW: tl.constexpr,
         STAGE: tl.constexpr, RESCAN: tl.constexpr,
     ):
         # STAGE 0: the whole search of a row in one program. STAGE 1: program (row block, split)
@@ -154,51 +176,56 @@ if triton is not None:
                 part_id = tl.load(CAND_ID + lists + part * KEEP, mask=row_ok[:, None], other=-1)
                 near, near_id, far, far_id = _insert(near, near_id, far, far_id, part_score, part_id)
         else:
-            # a self-search starts at its own scan tile (when its split holds it) and wraps around
-            # within its split: where rows sit near their neighbours in index order, the list holds
-            # close candidates early and later tiles rarely insert (every comparison is by (score,
-            # id): the visiting order does not change the lists). A scan tile is SCAN_N columns, read
-            # in one load so that enough bytes are in flight to keep memory busy; only a tile whose
-            # least score can enter a row's list is walked again, BLOCK_N columns at a time (from
-            # cache), by the insertion step.
+            # Two steps per window of WINDOW scan tiles (SCAN_N columns each, read in one load so
+            # that enough bytes are in flight to keep memory busy; each step loads the next tile
+            # before working on this one). (a) The scan keeps only each tile's least score.
+            # (b) The tiles are walked in ascending order of those minima, BLOCK_N columns at a
+            # time, by the insertion step, while a tile's minimum can still enter the row's list:
+            # once KEEP tiles are walked, the list holds their KEEP minima, so only a tile tied
+            # with its worst entry is walked after that. A list therefore takes at most KEEP^2
+            # insertions per window whatever the order of the scores; inserting as the scan met
+            # them took one per element where scores fall along the row (sorted references),
+            # twenty times the time of random scores. Every comparison is by (score, id), so the
+            # lists do not depend on the order of the walk.
             first_tile = tl.program_id(1) * tiles_per_split
             n_tiles = tl.minimum(tiles_per_split, tl.cdiv(n_ref, SCAN_N) - first_tile)
-            tile0 = first_tile
-            if EXCLUDE_SELF and START_AT_OWN:
-                own_tile = (pid_m * BLOCK_M + self_offset) // SCAN_N
-                tile0 = tl.where((own_tile >= first_tile) & (own_tile < first_tile + n_tiles), own_tile, first_tile)
             scan_lanes = tl.arange(0, SCAN_N)
-            # each step loads the next tile before working on this one: the scan waits on memory
-            # once, not once per tile
-            tile = tile0
-            cols = tile * SCAN_N + scan_lanes
-            valid = row_ok[:, None] & (cols < n_ref)[None, :]
-            if EXCLUDE_SELF:
-                valid = valid & (cols[None, :] != own[:, None])
-            s = tl.load(S + rows[:, None] * stride_s + cols[None, :], mask=valid, other=float("inf"))
+            window_slots = tl.arange(0, WINDOW)
+            minima = tl.full((BLOCK_M, WINDOW), float("inf"), S.dtype.element_ty)
+            s = _scan_read(S, rows, row_ok, own, first_tile, 0, n_tiles, n_ref, stride_s, EXCLUDE_SELF, SCAN_N)
             for t in range(0, n_tiles):
-                next_tile = tile0 + t + 1
-                next_tile = tl.where(next_tile >= first_tile + n_tiles, next_tile - n_tiles, next_tile)
-                next_cols = next_tile * SCAN_N + scan_lanes
-                next_valid = row_ok[:, None] & ((next_cols < n_ref) & ((scan_lanes * 0 + t + 1) < n_tiles))[None, :]
-                if EXCLUDE_SELF:
-                    next_valid = next_valid & (next_cols[None, :] != own[:, None])
-                next_s = tl.load(S + rows[:, None] * stride_s + next_cols[None, :], mask=next_valid, other=float("inf"))
-                # adding a row's offset (rounded) keeps the order of its scores, so the tile's least
-                # approximate score is its least score plus the offset
-                least = tl.min(s, 1).to(tl.float64) + offset
-                if tl.max((least <= far).to(tl.int32), 0) > 0:
-                    for part in range(0, SCAN_N // BLOCK_N):
-                        part_cols = tile * SCAN_N + part * BLOCK_N + lanes
-                        part_valid = row_ok[:, None] & (part_cols < n_ref)[None, :]
-                        if EXCLUDE_SELF:
-                            part_valid = part_valid & (part_cols[None, :] != own[:, None])
-                        part_s = tl.load(S + rows[:, None] * stride_s + part_cols[None, :], mask=part_valid, other=0.0)
-                        approx = tl.where(part_valid, part_s.to(tl.float64) + offset[:, None], float("inf"))
-                        if tl.max((tl.min(approx, 1) <= far).to(tl.int32), 0) > 0:
-                            id_grid = part_cols.to(tl.int32)[None, :] + tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
-                            near, near_id, far, far_id = _insert(near, near_id, far, far_id, approx, id_grid)
-                tile, s = next_tile, next_s
+                next_s = _scan_read(S, rows, row_ok, own, first_tile, t + 1, n_tiles, n_ref, stride_s, EXCLUDE_SELF, SCAN_N)
+                slot = t % WINDOW
+                minima = tl.where(window_slots[None, :] == slot, tl.min(s, 1)[:, None], minima)
+                if (slot == WINDOW - 1) | (t == n_tiles - 1):
+                    window_tile = first_tile + t - slot
+                    # adding a row's offset (rounded) keeps the order of its scores, so a tile's least
+                    # approximate score is its least score plus the offset; of tied minima the
+                    # lowest tile goes first
+                    least = tl.min(minima, 1)
+                    pick = tl.min(tl.where(minima == least[:, None], window_slots[None, :], WINDOW), 1)
+                    walk_tile = window_tile + pick
+                    low = least.to(tl.float64) + offset
+                    # a tile tied with the worst entry holds only later ids from that entry's tile on
+                    go = row_ok & (least < float("inf")) & ((low < far) | ((low == far) & (walk_tile * SCAN_N < far_id)))
+                    while tl.max(go.to(tl.int32), 0) > 0:
+                        for part in range(0, SCAN_N // BLOCK_N):
+                            part_cols = (walk_tile * SCAN_N + part * BLOCK_N)[:, None] + lanes[None, :]
+                            part_valid = go[:, None] & (part_cols < n_ref)
+                            if EXCLUDE_SELF:
+                                part_valid = part_valid & (part_cols != own[:, None])
+                            part_s = tl.load(S + rows[:, None] * stride_s + part_cols, mask=part_valid, other=0.0)
+                            approx = tl.where(part_valid, part_s.to(tl.float64) + offset[:, None], float("inf"))
+                            if tl.max((tl.min(approx, 1) <= far).to(tl.int32), 0) > 0:
+                                near, near_id, far, far_id = _insert(near, near_id, far, far_id, approx, part_cols.to(tl.int32))
+                        minima = tl.where((window_slots[None, :] == pick[:, None]) & go[:, None], float("inf"), minima)
+                        least = tl.min(minima, 1)
+                        pick = tl.min(tl.where(minima == least[:, None], window_slots[None, :], WINDOW), 1)
+                        walk_tile = window_tile + pick
+                        low = least.to(tl.float64) + offset
+                        go = go & (least < float("inf")) & ((low < far) | ((low == far) & (walk_tile * SCAN_N < far_id)))
+                    minima = tl.full((BLOCK_M, WINDOW), float("inf"), S.dtype.element_ty)
+                s = next_s
         if STAGE == 1:
             lists = rows[:, None] * (n_split * KEEP) + tl.program_id(1) * KEEP + keep_slots[None, :]
             tl.store(CAND_SCORE + lists, near, mask=row_ok[:, None])
@@ -347,8 +374,8 @@ def product_select_torch(S: torch.Tensor, offset: torch.Tensor, slack: torch.Ten
 def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, QT: torch.Tensor, RT: torch.Tensor, k: int, *,
                    exact: bool, rel_tile: float, rel64: float, exclude_self: bool = False, self_offset: int = 0,
                    block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
-                   scan_n: int | None = None, splits: int | None = None, finish_apart: bool | None = None, rescan: bool = True,
-                   stats: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   scan_n: int | None = None, window_tiles: int | None = None, splits: int | None = None,
+                   finish_apart: bool | None = None, rescan: bool = True, stats: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` nearest references of every query row of ``S`` by (float64 exact score, index), in one or two launches.
 
     Parameters
@@ -374,6 +401,9 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     scan_n : int, optional
         Columns a program reads at once in its first pass, a power of two at
         least ``block_n`` (default :func:`default_scan_columns`).
+    window_tiles : int, optional
+        First-pass reads whose least scores a program keeps before walking them
+        in ascending order, a power of two (default ``SCAN_WINDOW_TILES``).
     splits : int, optional
         Programs sharing a row's references in the first pass (default
         :func:`default_product_splits`); with more than one, a second launch merges
@@ -421,6 +451,9 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     scan = scan_n or default_scan_columns(bn)
     if scan < bn or scan % bn or scan & (scan - 1):
         raise ValueError(f"scan_n must be a power of two, at least block_n ({bn}); got {scan}")
+    window = window_tiles or SCAN_WINDOW_TILES
+    if window < 1 or window & (window - 1):
+        raise ValueError(f"window_tiles must be a power of two; got {window}")
     tiles = triton.cdiv(n_ref, scan)
     if splits is None:
         splits = default_product_splits(n_query, n_ref, bm, bn, S.device)
@@ -432,7 +465,7 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     shape = (n_query, n_ref, self_offset, min(k, C), d, tiles_per_split, splits,
              S.stride(0), QT.stride(0), QT.stride(1), RT.stride(0), RT.stride(1), scores.stride(0))
     constants = dict(CHUNK=EXACT_SUM_CHUNK, EXACT=bool(exact), EXCLUDE_SELF=exclude_self, C=C, KEEP=keep, BLOCK_M=bm,
-                     BLOCK_N=bn, SCAN_N=scan, WIDE=wide, PLACED=placed, START_AT_OWN=START_AT_OWN, RESCAN=bool(rescan), num_warps=warps,
+                     BLOCK_N=bn, SCAN_N=scan, WIDE=wide, PLACED=placed, WINDOW=window, RESCAN=bool(rescan), num_warps=warps,
                      enable_fp_fusion=False)
     row_blocks = triton.cdiv(n_query, bm)
     launched = []
