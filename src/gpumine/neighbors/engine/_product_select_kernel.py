@@ -189,7 +189,6 @@ if triton is not None:
             # lists do not depend on the order of the walk.
             first_tile = tl.program_id(1) * tiles_per_split
             n_tiles = tl.minimum(tiles_per_split, tl.cdiv(n_ref, SCAN_N) - first_tile)
-            scan_lanes = tl.arange(0, SCAN_N)
             window_slots = tl.arange(0, WINDOW)
             minima = tl.full((BLOCK_M, WINDOW), float("inf"), S.dtype.element_ty)
             s = _scan_read(S, rows, row_ok, own, first_tile, 0, n_tiles, n_ref, stride_s, EXCLUDE_SELF, SCAN_N)
