@@ -179,6 +179,50 @@ def test_a_read_tied_with_the_worst_entry_is_walked_for_its_lower_ids():
         assert torch.equal(scores.cpu(), twin_scores.cpu())
 
 
+@pytest.mark.parametrize("exact", [True, False])
+def test_reads_whose_minima_the_offset_rounds_to_one_value(exact):
+    # scores 2^-53, 0 and 2^-54 in reads 0, 1 and 2 all become 3.0 once the offset is added: read 1
+    # is walked first (least score), and read 0's lower ids must still replace its tied entries
+    S = torch.empty((1, 48), dtype=torch.float64, device=DEVICE)
+    S[0, :16], S[0, 16:32], S[0, 32:] = 2.0**-53, 0.0, 2.0**-54
+    offset = torch.full((1,), 3.0, dtype=torch.float64, device=DEVICE)
+    QT, RT = torch.zeros((1, 1), device=DEVICE), torch.ones((1, 48), device=DEVICE)
+    if exact:
+        slack, kw = torch.zeros_like(offset), dict(exact=True, rel_tile=0.0, rel64=0.0)
+    else:  # every exact score is 1.0, within the slack of the tile scores
+        slack, kw = torch.full_like(offset, 2.5), dict(exact=False, rel_tile=0.0, rel64=1e-15)
+    twin = product_select_torch(S, offset, slack, QT, RT, 3, **kw)
+    assert twin[1].tolist() == [[0, 1, 2]]
+    for window in (1, 2, 4):
+        scores, index = product_select(S, offset, slack, QT, RT, 3, block_n=16, scan_n=16, window_tiles=window, **kw)
+        assert torch.equal(index.cpu(), twin[1].cpu()) and torch.equal(scores.cpu(), twin[0].cpu())
+
+
+def test_random_launch_shapes_and_scores_against_the_twin():
+    # rows of two to four queries in one program or two, splits, windows, self-exclusion anywhere,
+    # +inf entries, rows falling along their columns, and scores the offset rounds together
+    for seed in range(24):
+        rng = np.random.default_rng(100 + seed)
+        n_query, n_ref, k = int(rng.integers(2, 5)), int(rng.integers(20, 90)), int(rng.integers(1, 10))
+        values = np.asarray([0.0, 2.0**-54, 2.0**-53, 1.0, 2.0]) if seed % 3 == 0 else np.arange(6.0)
+        S = torch.tensor(rng.choice(values, (n_query, n_ref)), dtype=torch.float64, device=DEVICE)
+        if seed % 2:
+            S = S.sort(1, descending=True).values
+        if seed % 4 == 1:
+            S[torch.tensor(rng.random((n_query, n_ref)) < 0.3, device=DEVICE)] = float("inf")
+        offset = torch.tensor(rng.choice([3.0, 0.0, -1.0], n_query), dtype=torch.float64, device=DEVICE)
+        zeros = torch.zeros(n_query, dtype=torch.float64, device=DEVICE)
+        QT, RT = torch.zeros((1, n_query), device=DEVICE), torch.zeros((1, n_ref), device=DEVICE)
+        kw = dict(exact=True, rel_tile=0.0, rel64=0.0, exclude_self=bool(seed % 5 < 2),
+                  self_offset=int(rng.integers(-2, n_ref)))
+        shape = dict(block_m=int(rng.choice([1, 2])), block_n=16, num_warps=1, scan_n=int(rng.choice([16, 32])),
+                     window_tiles=int(rng.choice([1, 2, 4])), splits=int(rng.integers(1, 4)))
+        scores, index = product_select(S, offset, zeros, QT, RT, k, **kw, **shape)
+        twin_scores, twin_index = product_select_torch(S, offset, zeros, QT, RT, k, **kw)
+        assert torch.equal(index.cpu(), twin_index.cpu()), (seed, shape)
+        assert torch.equal(scores.cpu(), twin_scores.cpu()), (seed, shape)
+
+
 @pytest.mark.skipif(not ON_GPU, reason="a timing ratio: the interpreter's times say nothing of a GPU's")
 def test_scores_in_descending_order_cost_a_small_multiple_of_random_ones():
     import time

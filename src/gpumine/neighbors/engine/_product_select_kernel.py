@@ -135,7 +135,7 @@ if triton is not None:
         # per element)
         cols = (first_tile + t) * SCAN_N + tl.arange(0, SCAN_N)
         ptrs = S + rows[:, None] * stride_s + cols[None, :]
-        if (t < n_tiles) & ((first_tile + t + 1) * SCAN_N <= n_ref):
+        if (t < n_tiles) & (first_tile + t < n_ref // SCAN_N):  # (first_tile + t + 1) * SCAN_N could pass 2^31
             s = tl.load(ptrs, mask=tl.broadcast_to(row_ok[:, None], ptrs.shape), other=float("inf"))
         else:
             s = tl.load(ptrs, mask=row_ok[:, None] & ((cols < n_ref) & ((cols * 0 + t) < n_tiles))[None, :], other=float("inf"))
@@ -182,8 +182,9 @@ if triton is not None:
             # (b) The tiles are walked in ascending order of those minima, BLOCK_N columns at a
             # time, by the insertion step, while a tile's minimum can still enter the row's list:
             # once KEEP tiles are walked, the list holds their KEEP minima, so only a tile tied
-            # with its worst entry is walked after that. A list therefore takes at most KEEP^2
-            # insertions per window whatever the order of the scores; inserting as the scan met
+            # with its worst entry is visited after that (and walked only where it starts before
+            # that entry's id). A list therefore takes at most KEEP^2 insertions per window
+            # whatever the order of the scores; inserting as the scan met
             # them took one per element where scores fall along the row (sorted references),
             # twenty times the time of random scores. Every comparison is by (score, id), so the
             # lists do not depend on the order of the walk.
@@ -199,18 +200,20 @@ if triton is not None:
                 if (slot == WINDOW - 1) | (t == n_tiles - 1):
                     window_tile = first_tile + t - slot
                     # adding a row's offset (rounded) keeps the order of its scores, so a tile's least
-                    # approximate score is its least score plus the offset; of tied minima the
-                    # lowest tile goes first
+                    # approximate score is its least score plus the offset. Rounding can make the
+                    # minima of several tiles equal approximately where their scores differ, so the
+                    # walk goes on through every tile tied with the worst entry, walking those that
+                    # start before that entry's id (only they can hold a tied entry of lower id)
                     least = tl.min(minima, 1)
                     pick = tl.min(tl.where(minima == least[:, None], window_slots[None, :], WINDOW), 1)
                     walk_tile = window_tile + pick
                     low = least.to(tl.float64) + offset
-                    # a tile tied with the worst entry holds only later ids from that entry's tile on
-                    go = row_ok & (least < float("inf")) & ((low < far) | ((low == far) & (walk_tile * SCAN_N < far_id)))
+                    go = row_ok & (least < float("inf")) & (low <= far)
                     while tl.max(go.to(tl.int32), 0) > 0:
+                        walk = go & ((low < far) | (walk_tile * SCAN_N < far_id))
                         for part in range(0, SCAN_N // BLOCK_N):
                             part_cols = (walk_tile * SCAN_N + part * BLOCK_N)[:, None] + lanes[None, :]
-                            part_valid = go[:, None] & (part_cols < n_ref)
+                            part_valid = walk[:, None] & (part_cols < n_ref)
                             if EXCLUDE_SELF:
                                 part_valid = part_valid & (part_cols != own[:, None])
                             part_s = tl.load(S + rows[:, None] * stride_s + part_cols, mask=part_valid, other=0.0)
@@ -222,7 +225,7 @@ if triton is not None:
                         pick = tl.min(tl.where(minima == least[:, None], window_slots[None, :], WINDOW), 1)
                         walk_tile = window_tile + pick
                         low = least.to(tl.float64) + offset
-                        go = go & (least < float("inf")) & ((low < far) | ((low == far) & (walk_tile * SCAN_N < far_id)))
+                        go = go & (least < float("inf")) & (low <= far)
                     minima = tl.full((BLOCK_M, WINDOW), float("inf"), S.dtype.element_ty)
                 s = next_s
         if STAGE == 1:
