@@ -143,6 +143,15 @@ if triton is not None:
             s = tl.where(cols[None, :] != own[:, None], s, float("inf"))
         return s
 
+    @triton.jit
+    def _least_read(minima, offset, WINDOW: tl.constexpr):
+        # per row: the least of a window's read minima, its slot (the lowest of tied ones) and, as an
+        # approximate score, that least plus the row's offset
+        slots = tl.arange(0, WINDOW)
+        least = tl.min(minima, 1)
+        pick = tl.min(tl.where(minima == least[:, None], slots[None, :], WINDOW), 1)
+        return least, pick, least.to(tl.float64) + offset
+
     @triton.jit(do_not_specialize=["n_query", "n_ref", "self_offset", "K", "D", "tiles_per_split", "n_split"])
     def _product_select_kernel(
         S, OFFSET, SLACK, MARGINS, QT, RT, OUT_SCORE, OUT_INDEX, OPEN_ROWS, CAND_SCORE, CAND_ID,
@@ -204,10 +213,8 @@ if triton is not None:
                     # minima of several tiles equal approximately where their scores differ, so the
                     # walk goes on through every tile tied with the worst entry, walking those that
                     # start before that entry's id (only they can hold a tied entry of lower id)
-                    least = tl.min(minima, 1)
-                    pick = tl.min(tl.where(minima == least[:, None], window_slots[None, :], WINDOW), 1)
+                    least, pick, low = _least_read(minima, offset, WINDOW)
                     walk_tile = window_tile + pick
-                    low = least.to(tl.float64) + offset
                     go = row_ok & (least < float("inf")) & (low <= far)
                     while tl.max(go.to(tl.int32), 0) > 0:
                         walk = go & ((low < far) | (walk_tile * SCAN_N < far_id))
@@ -221,10 +228,8 @@ if triton is not None:
                             if tl.max((tl.min(approx, 1) <= far).to(tl.int32), 0) > 0:
                                 near, near_id, far, far_id = _insert(near, near_id, far, far_id, approx, part_cols.to(tl.int32))
                         minima = tl.where((window_slots[None, :] == pick[:, None]) & go[:, None], float("inf"), minima)
-                        least = tl.min(minima, 1)
-                        pick = tl.min(tl.where(minima == least[:, None], window_slots[None, :], WINDOW), 1)
+                        least, pick, low = _least_read(minima, offset, WINDOW)
                         walk_tile = window_tile + pick
-                        low = least.to(tl.float64) + offset
                         go = go & (least < float("inf")) & (low <= far)
                     minima = tl.full((BLOCK_M, WINDOW), float("inf"), S.dtype.element_ty)
                 s = next_s
