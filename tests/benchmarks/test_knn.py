@@ -194,3 +194,18 @@ def test_module_help_runs_from_the_repository_root():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "python -m benchmarks.knn" in out.stdout and "--max-seconds" in out.stdout
+
+
+def test_short_rows_repeat_until_min_row_seconds(tmp_path):
+    def runs(min_row_seconds):
+        out = tmp_path / f"runs_{min_row_seconds}.json"
+        args = ["--quick", "--device", "cpu", "--experiments", "large_k", "--peers", "none", "--no-host",
+                "--repeats", "2", "--min-row-seconds", str(min_row_seconds), "--out", str(out)]
+        with _one_thread():
+            assert bench_knn.main(args) == 0
+        (row,) = [r for r in json.loads(out.read_text())["rows"] if r["impl"] == "gpumine-device"]
+        return row["runs"], sum(row["samples"])
+
+    assert runs(0)[0] == 2
+    n, spent = runs(0.5)
+    assert n == bench_knn._MAX_RUNS or (n > 2 and spent >= 0.5)

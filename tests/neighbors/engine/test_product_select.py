@@ -46,6 +46,16 @@ def test_launch_shape_by_rows_and_references(monkeypatch):
     assert kernel.default_product_splits(0, 100_000, 1, 128, gpu) == 1
     assert kernel.default_product_splits(1_966, 1_966, 1, 128, gpu) == 1
     assert kernel.default_product_splits(2_000, 100_000, 1, 128, cpu) == 1
+    # reads of the first pass: narrower for unsplit grids under FINISH_APART_PROGRAMS per multiprocessor
+    few, wide = kernel.SCAN_COLUMNS_FEW_ROWS, kernel.SCAN_COLUMNS
+    assert few < wide
+    assert kernel.default_scan_columns(64, 3_062, 1, gpu) == max(64, few)
+    assert kernel.default_scan_columns(128, 132 * 64 - 1, 1, gpu) == max(128, few)
+    assert kernel.default_scan_columns(128, 132 * 64, 1, gpu) == wide  # the physics and embedding shapes
+    assert kernel.default_scan_columns(128, 2_000, 2, gpu) == wide  # split grids
+    assert kernel.default_scan_columns(128, 3_062, 1, cpu) == wide
+    assert kernel.default_scan_columns(128) == wide
+    assert kernel.default_scan_columns(512, 3_062, 1, gpu) == 512  # at least block_n
     assert not kernel.default_finish_apart(41_188, 1, cpu)
     monkeypatch.setattr(kernel, "FINISH_APART", False)
     assert not kernel.default_finish_apart(41_188, 1, gpu)

@@ -91,6 +91,12 @@ FINISH_APART_PROGRAMS = 64
 # bytes in flight to keep memory busy; a tile is walked BLOCK_N columns at a time only where its
 # least score can enter a list
 SCAN_COLUMNS = 256
+# unsplit grids of fewer than FINISH_APART_PROGRAMS programs per multiprocessor (the sets of a few
+# thousand rows) read SCAN_COLUMNS_FEW_ROWS columns at a time: on the ADBench sets of that size taking
+# the product selection, 0.92-1.01 of the time with wider reads (16 cases, same results); larger and
+# split grids keep SCAN_COLUMNS (not measured with narrower reads under the windowed walk;
+# BENCHMARKS.md, "Design measurements quoted in the code")
+SCAN_COLUMNS_FEW_ROWS = 128
 
 
 def product_select_available() -> bool:
@@ -312,9 +318,14 @@ def default_product_blocks(C: int) -> tuple[int, int, int]:
     return (1, 128, 1) if C <= 32 else (1, 128, 2)
 
 
-def default_scan_columns(block_n: int) -> int:
-    """Columns of a first-pass read (``SCAN_COLUMNS``, at least ``block_n``)."""
-    return max(block_n, SCAN_COLUMNS)
+def default_scan_columns(block_n: int, row_blocks: int | None = None, splits: int = 1,
+                         device: torch.device | None = None) -> int:
+    """Columns of a first-pass read, at least ``block_n``: ``SCAN_COLUMNS``, or ``SCAN_COLUMNS_FEW_ROWS``
+    for an unsplit grid of ``row_blocks`` programs under ``FINISH_APART_PROGRAMS`` per multiprocessor
+    of ``device``."""
+    few = (row_blocks is not None and splits == 1 and device is not None and device.type == "cuda"
+           and row_blocks < _multiprocessors(device) * FINISH_APART_PROGRAMS)
+    return max(block_n, SCAN_COLUMNS_FEW_ROWS if few else SCAN_COLUMNS)
 
 
 def default_product_splits(n_query: int, n_ref: int, block_m: int, block_n: int, device: torch.device) -> int:
@@ -407,7 +418,7 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
         Launch shape (default :func:`default_product_blocks`).
     scan_n : int, optional
         Columns a program reads at once in its first pass, a power of two at
-        least ``block_n`` (default :func:`default_scan_columns`).
+        least ``block_n`` (default :func:`default_scan_columns` for the grid).
     window_tiles : int, optional
         First-pass reads whose least scores a program keeps before walking them
         in ascending order, a power of two (default ``SCAN_WINDOW_TILES``).
@@ -455,16 +466,16 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     margins = torch.empty(2, dtype=torch.float64, device=S.device)
     margins[0].fill_(float(rel_tile))
     margins[1].fill_(float(rel64))
-    scan = scan_n or default_scan_columns(bn)
+    if splits is None:
+        splits = default_product_splits(n_query, n_ref, bm, bn, S.device)
+    splits = min(int(splits), _MAX_SPLITS)
+    scan = scan_n or default_scan_columns(bn, triton.cdiv(n_query, bm), splits, S.device)
     if scan < bn or scan % bn or scan & (scan - 1):
         raise ValueError(f"scan_n must be a power of two, at least block_n ({bn}); got {scan}")
     window = window_tiles or SCAN_WINDOW_TILES
     if window < 1 or window & (window - 1):
         raise ValueError(f"window_tiles must be a power of two; got {window}")
     tiles = triton.cdiv(n_ref, scan)
-    if splits is None:
-        splits = default_product_splits(n_query, n_ref, bm, bn, S.device)
-    splits = min(int(splits), _MAX_SPLITS)
     tiles_per_split = triton.cdiv(tiles, min(splits, tiles))
     splits = triton.cdiv(tiles, tiles_per_split)
     wide = max(S.stride(0) * n_query, _span(QT), _span(RT), n_query * max(C, keep * splits)) >= _WIDE_FROM
