@@ -200,7 +200,6 @@ def _join_pairs(items: np.ndarray):
     if m < 2:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     if k == 1:
-        starts = np.zeros(m, np.int64)
         ends = np.full(m, m, np.int64)
     else:
         pre = items[:, :-1]
@@ -208,7 +207,7 @@ def _join_pairs(items: np.ndarray):
         gid = np.cumsum(new) - 1
         gstart = np.flatnonzero(new)
         gend = np.r_[gstart[1:], m]
-        starts, ends = gstart[gid], gend[gid]
+        ends = gend[gid]
     partners = ends - np.arange(m) - 1
     total = int(partners.sum())
     if total == 0:
