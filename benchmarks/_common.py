@@ -193,6 +193,17 @@ def positive(kind):
     return parse
 
 
+def non_negative(kind):
+    """An argparse ``type`` for finite values of ``kind`` (int, float) that must be >= 0."""
+    def parse(text):
+        value = kind(text)
+        if not (value >= 0 and math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"must be a finite number >= 0; got {text}")
+        return value
+
+    return parse
+
+
 def format_count(n: int) -> str:
     """``1048576 -> "1,048,576"``."""
     return f"{n:,}"

@@ -71,7 +71,7 @@ if not __package__:  # run as a script (python benchmarks/knn.py): the repositor
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks._common import DefaultsHelpFormatter, environment, format_count, format_seconds, positive, median, save_figure, time_call, write_json, write_text  # noqa: E402
+from benchmarks._common import DefaultsHelpFormatter, environment, format_count, format_seconds, non_negative, positive, median, save_figure, time_call, write_json, write_text  # noqa: E402
 
 __all__ = [
     "main",
@@ -1077,7 +1077,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--markdown", type=Path, help="markdown table for BENCHMARKS.md")
     p.add_argument("--out-dir", type=Path, help="folder for knn.json, knn.md and the PNGs (sets --out/--markdown when not given)")
     p.add_argument("--repeats", type=positive(int), default=None, help="timed runs per row, median reported (default 5; 1 with --quick)")
-    p.add_argument("--min-row-seconds", type=float, default=None,
+    p.add_argument("--min-row-seconds", type=non_negative(float), default=None,
                    help=f"repeat short rows past --repeats until their timed runs add up to this, at most {_MAX_RUNS} runs "
                    "(default 0.25; 0 with --quick)")
     p.add_argument("--row-seconds", type=positive(float), default=10.0, help="stop repeating a row once its timed runs add up to this")

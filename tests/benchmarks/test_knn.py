@@ -175,6 +175,10 @@ def test_experiment_selection_and_sizes():
 
 def test_bad_usage_exits_with_two(tmp_path, capsys):
     assert bench_knn.main(["--quick", "--physics", str(tmp_path / "missing.dat")]) == 2
+    for bad in ("-1", "nan", "inf"):
+        with pytest.raises(SystemExit) as exit_info:
+            bench_knn.main(["--quick", "--min-row-seconds", bad])
+        assert exit_info.value.code == 2 and "--min-row-seconds" in capsys.readouterr().err
     if not torch.cuda.is_available():
         assert bench_knn.main(["--quick", "--device", "cuda", "--experiments", "large_k"]) == 2
         assert "--device" in capsys.readouterr().err

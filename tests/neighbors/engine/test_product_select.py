@@ -51,7 +51,7 @@ def test_launch_shape_by_rows_and_references(monkeypatch):
     assert few < wide
     assert kernel.default_scan_columns(64, 3_062, 1, gpu) == max(64, few)
     assert kernel.default_scan_columns(128, 132 * 64 - 1, 1, gpu) == max(128, few)
-    assert kernel.default_scan_columns(128, 132 * 64, 1, gpu) == wide  # the physics and embedding shapes
+    assert kernel.default_scan_columns(128, 132 * 64, 1, gpu) == wide  # e.g. the physics and embedding searches
     assert kernel.default_scan_columns(128, 2_000, 2, gpu) == wide  # split grids
     assert kernel.default_scan_columns(128, 3_062, 1, cpu) == wide
     assert kernel.default_scan_columns(128) == wide
@@ -59,6 +59,47 @@ def test_launch_shape_by_rows_and_references(monkeypatch):
     assert not kernel.default_finish_apart(41_188, 1, cpu)
     monkeypatch.setattr(kernel, "FINISH_APART", False)
     assert not kernel.default_finish_apart(41_188, 1, gpu)
+
+
+def test_blocks_of_one_search_read_as_the_whole_search(monkeypatch):
+    # a large search cut into query blocks keeps the large search's reads (the rule counts all its rows)
+    from types import SimpleNamespace
+
+    seen = []
+
+    def record(S, offset, slack, QT, RT, k, **kw):
+        seen.append((S.shape[0], kw["search_rows"], kw["self_offset"]))
+        return torch.zeros((S.shape[0], k), dtype=torch.float64), torch.zeros((S.shape[0], k), dtype=torch.int64)
+
+    monkeypatch.setattr(_product_select, "product_select", record)
+    monkeypatch.setattr(_product_select, "block_scores", lambda refs, q: (torch.zeros((q.shape[0], 3)),) + (torch.zeros(q.shape[0]),) * 2)
+    refs = SimpleNamespace(k=2, exact=True, tile_dtype=torch.float64, d=4, exclude_self=False)
+    query = torch.zeros((10, 4))
+    _product_select.select_blocks(refs, query, query.T, torch.zeros((4, 3)), 4)
+    assert seen == [(4, 10, 0), (4, 10, 4), (2, 10, 8)]
+    seen.clear()
+    _product_select.select_blocks(refs, query, query.T, torch.zeros((4, 3)), 10)
+    assert seen == [(10, None, 0)]
+
+    kernel = pytest.importorskip("gpumine.neighbors.engine._product_select_kernel")
+    if not kernel.product_select_available():
+        pytest.skip("triton is not installed")
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    def scan_columns(block_n, row_blocks, splits, device):
+        asked.append(row_blocks)
+        raise Stop
+
+    monkeypatch.setattr(kernel, "default_scan_columns", scan_columns)
+    S, zeros = torch.zeros((5, 40)), torch.zeros(5, dtype=torch.float64)
+    for search_rows, blocks in ((None, 5), (3, 5), (9_000, 9_000)):
+        with pytest.raises(Stop):
+            kernel.product_select(S, zeros, zeros, torch.zeros((2, 5)), torch.zeros((2, 40)), 3, exact=True, rel_tile=0.0,
+                                  rel64=0.0, search_rows=search_rows)
+        assert asked.pop() == blocks
 
 
 def _wide(kind, n, d, rng):

@@ -243,7 +243,7 @@ def float32_certifies(refs: DenseReferences, query: torch.Tensor, RT: torch.Tens
     S, offset, slack = block_scores(refs, sample)
     counted: dict = {}
     product_select(S, offset, slack, gather_layout(sample, sample)[1], RT, k, exact=False, rel_tile=_rel(refs.tile_dtype, refs.d),
-                   rel64=_rel(torch.float64, refs.d), rescan=False, stats=counted)
+                   rel64=_rel(torch.float64, refs.d), search_rows=n_query, rescan=False, stats=counted)
     # float32 scores stay finite while squared norms do (the search's magnitude window keeps them
     # far inside; a direct caller's data beyond it keeps float64 scores)
     left_open, finite, scale = torch.stack([counted["rows_rescanned"].double().reshape(()),
@@ -267,13 +267,15 @@ def select_blocks(refs: DenseReferences, query: torch.Tensor, QT: torch.Tensor, 
     index = torch.empty((n_query, refs.k), dtype=torch.int64, device=query.device)
     for q0 in range(0, n_query, rows):
         q1 = min(n_query, q0 + rows)
-        keys[q0:q1], index[q0:q1] = select_block(refs, query[q0:q1], QT[:, q0:q1], RT, q0, stats)
+        keys[q0:q1], index[q0:q1] = select_block(refs, query[q0:q1], QT[:, q0:q1], RT, q0, stats, search_rows=n_query)
     return keys, index
 
 
 def select_block(refs: DenseReferences, query: torch.Tensor, QT: torch.Tensor, RT: torch.Tensor, q0: int,
-                 stats: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """One query block (queries ``q0``, ``q0 + 1``, ...; ``QT`` its feature-major copy): product and selection, no host wait."""
+                 stats: dict | None = None, search_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One query block (queries ``q0``, ``q0 + 1``, ...; ``QT`` its feature-major copy) of a search of ``search_rows``
+    queries (default: the block's): product and selection, no host wait."""
     S, offset, slack = block_scores(refs, query)
     return product_select(S, offset, slack, QT, RT, refs.k, exact=refs.exact, rel_tile=_rel(refs.tile_dtype, refs.d),
-                          rel64=_rel(torch.float64, refs.d), exclude_self=refs.exclude_self, self_offset=q0, stats=stats)
+                          rel64=_rel(torch.float64, refs.d), exclude_self=refs.exclude_self, self_offset=q0,
+                          search_rows=search_rows, stats=stats)

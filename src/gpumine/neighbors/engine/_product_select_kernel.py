@@ -91,10 +91,10 @@ FINISH_APART_PROGRAMS = 64
 # bytes in flight to keep memory busy; a tile is walked BLOCK_N columns at a time only where its
 # least score can enter a list
 SCAN_COLUMNS = 256
-# unsplit grids of fewer than FINISH_APART_PROGRAMS programs per multiprocessor (the sets of a few
-# thousand rows) read SCAN_COLUMNS_FEW_ROWS columns at a time: on the ADBench sets of that size taking
-# the product selection, 0.92-1.01 of the time with wider reads (16 cases, same results); larger and
-# split grids keep SCAN_COLUMNS (not measured with narrower reads under the windowed walk;
+# unsplit searches of fewer than FINISH_APART_PROGRAMS programs per multiprocessor (the sets of a few
+# thousand rows; all query blocks of a search counted) read SCAN_COLUMNS_FEW_ROWS columns at a time: on the ADBench sets of that size taking
+# the product selection, 0.92-1.01 of the time with wider reads (16 cases, same results); larger
+# searches and split grids keep SCAN_COLUMNS (not measured with narrower reads under the windowed walk;
 # BENCHMARKS.md, "Design measurements quoted in the code")
 SCAN_COLUMNS_FEW_ROWS = 128
 
@@ -321,8 +321,9 @@ def default_product_blocks(C: int) -> tuple[int, int, int]:
 def default_scan_columns(block_n: int, row_blocks: int | None = None, splits: int = 1,
                          device: torch.device | None = None) -> int:
     """Columns of a first-pass read, at least ``block_n``: ``SCAN_COLUMNS``, or ``SCAN_COLUMNS_FEW_ROWS``
-    for an unsplit grid of ``row_blocks`` programs under ``FINISH_APART_PROGRAMS`` per multiprocessor
-    of ``device``."""
+    for an unsplit search of ``row_blocks`` programs (all its query blocks together) under
+    ``FINISH_APART_PROGRAMS`` per multiprocessor of ``device``; ``splits`` as asked, before the
+    launcher caps it at the reads there are."""
     few = (row_blocks is not None and splits == 1 and device is not None and device.type == "cuda"
            and row_blocks < _multiprocessors(device) * FINISH_APART_PROGRAMS)
     return max(block_n, SCAN_COLUMNS_FEW_ROWS if few else SCAN_COLUMNS)
@@ -393,7 +394,8 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
                    exact: bool, rel_tile: float, rel64: float, exclude_self: bool = False, self_offset: int = 0,
                    block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
                    scan_n: int | None = None, window_tiles: int | None = None, splits: int | None = None,
-                   finish_apart: bool | None = None, rescan: bool = True, stats: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   finish_apart: bool | None = None, search_rows: int | None = None, rescan: bool = True,
+                   stats: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` nearest references of every query row of ``S`` by (float64 exact score, index), in one or two launches.
 
     Parameters
@@ -429,6 +431,10 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     finish_apart : bool, optional
         Whether an unsplit search finishes its rows in a second launch (default
         :func:`default_finish_apart`).
+    search_rows : int, optional
+        Query rows of the whole search this block belongs to (default
+        ``n_query``): the default ``scan_n`` is chosen by the search's size, not
+        the block's, so a large search cut into blocks reads as it did whole.
     rescan : bool
         False: rows the certificate leaves open are counted (``stats``) but not
         rescanned, so their lists are not final (a probe of how many there are).
@@ -469,7 +475,7 @@ def product_select(S: torch.Tensor, offset: torch.Tensor, slack: torch.Tensor, Q
     if splits is None:
         splits = default_product_splits(n_query, n_ref, bm, bn, S.device)
     splits = min(int(splits), _MAX_SPLITS)
-    scan = scan_n or default_scan_columns(bn, triton.cdiv(n_query, bm), splits, S.device)
+    scan = scan_n or default_scan_columns(bn, triton.cdiv(max(n_query, search_rows or 0), bm), splits, S.device)
     if scan < bn or scan % bn or scan & (scan - 1):
         raise ValueError(f"scan_n must be a power of two, at least block_n ({bn}); got {scan}")
     window = window_tiles or SCAN_WINDOW_TILES
