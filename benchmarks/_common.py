@@ -182,26 +182,25 @@ def format_seconds(seconds: float | None) -> str:
     return f"{seconds:.0f} s"
 
 
-def positive(kind):
-    """An argparse ``type`` for values of ``kind`` (int, float) that must be > 0."""
+def _checked(kind, holds, requirement: str):
+    """An argparse ``type`` for values of ``kind`` (int, float) for which ``holds(value)``, else "must be ``requirement``"."""
     def parse(text):
         value = kind(text)
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0; got {text}")
+        if not holds(value):
+            raise argparse.ArgumentTypeError(f"must be {requirement}; got {text}")
         return value
 
     return parse
+
+
+def positive(kind):
+    """An argparse ``type`` for values of ``kind`` (int, float) that must be > 0."""
+    return _checked(kind, lambda value: value > 0, "> 0")
 
 
 def non_negative(kind):
     """An argparse ``type`` for finite values of ``kind`` (int, float) that must be >= 0."""
-    def parse(text):
-        value = kind(text)
-        if not (value >= 0 and math.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"must be a finite number >= 0; got {text}")
-        return value
-
-    return parse
+    return _checked(kind, lambda value: value >= 0 and math.isfinite(value), "a finite number >= 0")
 
 
 def format_count(n: int) -> str:

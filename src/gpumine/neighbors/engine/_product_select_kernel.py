@@ -92,10 +92,10 @@ FINISH_APART_PROGRAMS = 64
 # least score can enter a list
 SCAN_COLUMNS = 256
 # unsplit searches of fewer than FINISH_APART_PROGRAMS programs per multiprocessor (the sets of a few
-# thousand rows; all query blocks of a search counted) read SCAN_COLUMNS_FEW_ROWS columns at a time: on the ADBench sets of that size taking
-# the product selection, 0.92-1.01 of the time with wider reads (16 cases, same results); larger
-# searches and split grids keep SCAN_COLUMNS (not measured with narrower reads under the windowed walk;
-# BENCHMARKS.md, "Design measurements quoted in the code")
+# thousand rows; all query blocks of a search counted) read SCAN_COLUMNS_FEW_ROWS columns at a time:
+# on the ADBench sets of that size taking the product selection, 0.92-1.01 of the time with wider
+# reads (16 cases, same results); larger searches and split grids keep SCAN_COLUMNS (not measured
+# with narrower reads under the windowed walk; BENCHMARKS.md, "Design measurements quoted in the code")
 SCAN_COLUMNS_FEW_ROWS = 128
 
 
